@@ -1,0 +1,64 @@
+"""The app factory: ``create_app(settings)`` builds one broker; nothing is built at import time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from broker_service.api import errors
+from broker_service.api.limits import BodyLimit
+from broker_service.api.metrics import BrokerMetrics
+from broker_service.api.routes import messages, ops, producers, topics, transactions
+from broker_service.domain.config import DomainConfig
+from broker_service.domain.service import BrokerService
+from broker_service.settings import BrokerSettings
+from broker_service.store.sql_store import SqlStore
+
+log = logging.getLogger("halfmq.broker")
+
+
+def domain_config(settings: BrokerSettings) -> DomainConfig:
+    return DomainConfig(
+        auto_create_topics=settings.auto_create_topics,
+        default_topic_queues=settings.default_topic_queues,
+        max_message_bytes=settings.max_message_bytes,
+        delay_levels_ms=settings.delay_levels_ms,
+        transaction_timeout_ms=int(settings.transaction_timeout_seconds * 1000),
+    )
+
+
+def request_limit(settings: BrokerSettings) -> int:
+    """A request may carry one max-size message as base64 plus its JSON around it."""
+    return settings.max_message_bytes * 4 // 3 + 64 * 1024
+
+
+def create_app(settings: BrokerSettings) -> FastAPI:
+    store = SqlStore(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store.open()
+        log.info("broker ready on %s (%s store)", settings.database_url, store.dialect)
+        try:
+            yield
+        finally:
+            store.close()
+
+    app = FastAPI(
+        title="halfmq broker",
+        version="1",
+        summary="RocketMQ-style transactional (half) messages over REST",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.store = store
+    app.state.metrics = BrokerMetrics()
+    app.state.service = BrokerService(store, domain_config(settings))
+    errors.install(app)
+    for module in (topics, transactions, producers, messages, ops):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, limit=request_limit(settings))
+    return app

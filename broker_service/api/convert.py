@@ -1,0 +1,120 @@
+"""Domain records to the contract's response models."""
+
+from __future__ import annotations
+
+import base64
+
+from broker_service.api.schemas import (
+    MessageCopyOut,
+    MessageLifeOut,
+    MessageOut,
+    QueueOut,
+    ResolutionOut,
+    SendResultOut,
+    TopicOut,
+    TransactionOut,
+    rfc3339,
+)
+from broker_service.domain.model import StoredMessage, TransactionRecord
+from broker_service.domain.sending import SendReceipt
+from broker_service.domain.service import MessageLife
+from broker_service.domain.topics import TopicView
+from broker_service.domain.transactions import Resolution
+
+
+def body_text(message: StoredMessage) -> str:
+    if message.encoding == "base64":
+        return base64.b64encode(message.body).decode("ascii")
+    return message.body.decode("utf-8", errors="surrogateescape")
+
+
+def message_fields(message: StoredMessage) -> dict[str, object]:
+    return {
+        "msg_id": message.msg_id,
+        "topic": message.topic,
+        "queue_id": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "body": body_text(message),
+        "encoding": message.encoding,
+        "tags": message.tags,
+        "keys": list(message.keys),
+        "properties": dict(message.properties),
+        "sharding_key": message.sharding_key,
+        "born_at": rfc3339(message.born_at),
+        "stored_at": rfc3339(message.stored_at),
+        "deliver_at": rfc3339(message.deliver_at),
+        "reconsume_times": message.reconsume_times,
+        "transaction_id": message.transaction_id,
+    }
+
+
+def message_out(message: StoredMessage) -> MessageOut:
+    return MessageOut.model_validate(message_fields(message))
+
+
+def life_out(life: MessageLife) -> MessageLifeOut:
+    fields = message_fields(life.message)
+    fields["stage"] = life.stage
+    fields["transaction_state"] = life.transaction.state.value if life.transaction else None
+    fields["copies"] = [
+        MessageCopyOut(
+            topic=m.topic,
+            queue_id=m.queue_id,
+            queue_offset=m.queue_offset,
+            stored_at=rfc3339(m.stored_at) or "",
+        )
+        for m in life.copies
+    ]
+    return MessageLifeOut.model_validate(fields)
+
+
+def receipt_out(receipt: SendReceipt) -> SendResultOut:
+    return SendResultOut(
+        msg_id=receipt.msg_id,
+        topic=receipt.topic,
+        queue_id=receipt.queue_id,
+        queue_offset=receipt.queue_offset,
+        duplicate=receipt.duplicate,
+        deliver_at=rfc3339(receipt.deliver_at),
+    )
+
+
+def topic_out(view: TopicView) -> TopicOut:
+    topic = view.topic
+    return TopicOut(
+        name=topic.name,
+        queues=topic.queues,
+        order=topic.ordered,
+        perm=topic.perm,
+        created_at=rfc3339(topic.created_at) or "",
+        queue_offsets=[
+            QueueOut(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset)
+            for q in view.queues
+        ],
+    )
+
+
+def transaction_out(record: TransactionRecord) -> TransactionOut:
+    return TransactionOut(
+        transaction_id=record.transaction_id,
+        state=record.state.value,
+        producer_group=record.producer_group,
+        topic=record.topic,
+        msg_id=record.msg_id,
+        check_times=record.check_times,
+        created_at=rfc3339(record.created_at) or "",
+        resolved_at=rfc3339(record.resolved_at),
+        resolved_by=record.resolved_by.value if record.resolved_by else None,
+    )
+
+
+def resolution_out(resolution: Resolution) -> ResolutionOut:
+    committed = resolution.state.value == "COMMITTED"
+    return ResolutionOut(
+        transaction_id=resolution.transaction_id,
+        state=resolution.state.value,
+        msg_id=resolution.msg_id,
+        topic=resolution.topic if committed else None,
+        queue_id=resolution.queue_id if committed else None,
+        queue_offset=resolution.queue_offset if committed else None,
+    )

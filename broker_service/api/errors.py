@@ -1,0 +1,123 @@
+"""Every non-2xx answer is ``{"error": {"code", "message", "detail"}}`` -- never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from broker_service.api.schemas import ErrorEnvelope
+from broker_service.domain.errors import (
+    BrokerError,
+    Busy,
+    Conflict,
+    InvalidName,
+    InvalidRequest,
+    MessageTooLarge,
+    NotFound,
+    NotReady,
+    SystemTopic,
+)
+
+log = logging.getLogger("halfmq.api")
+
+# Most specific first.
+_STATUS: list[tuple[type[BrokerError], int]] = [
+    (InvalidName, 400),
+    (SystemTopic, 400),
+    (InvalidRequest, 422),
+    (NotFound, 404),
+    (Conflict, 409),
+    (MessageTooLarge, 413),
+    (Busy, 429),
+    (NotReady, 503),
+]
+
+_HTTP_CODES = {
+    400: "INVALID_REQUEST",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "MESSAGE_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+}
+
+
+def envelope(status: int, code: str, message: str, **detail: Any) -> JSONResponse:
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return JSONResponse(
+        {"error": {"code": code, "message": message, "detail": detail}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def status_of(error: BrokerError) -> int:
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return 500
+
+
+def _plain(value: Any) -> Any:
+    """Validation details may hold exceptions and bytes; keep them JSON-safe."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+async def _broker_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BrokerError)
+    return envelope(status_of(exc), exc.code, exc.message, **_plain(exc.detail))
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"loc": _plain(list(e.get("loc", ()))), "msg": str(e.get("msg", "")), "type": e.get("type")}
+        for e in exc.errors()
+    ]
+    if any(e["type"] == "json_invalid" for e in errors):
+        return envelope(400, "INVALID_JSON", "the request body is not valid JSON", errors=errors)
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(p) for p in first["loc"] if p != "body")
+    return envelope(422, "INVALID_REQUEST", f"{where or 'request'}: {first['msg']}", errors=errors)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "HTTP_ERROR")
+    return envelope(exc.status_code, code, str(exc.detail))
+
+
+async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error", exc_info=exc)
+    return envelope(500, "INTERNAL", "the broker failed to handle the request; see its log")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(BrokerError, _broker_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorEnvelope, "description": description}
+    for status, description in {
+        400: "Malformed JSON or a bad name",
+        404: "Unknown topic, transaction or message",
+        409: "Conflict with what is stored",
+        413: "Body over max_message_bytes",
+        422: "Wrong types or bad values",
+        429: "The broker sheds load",
+        503: "Not ready",
+    }.items()
+}

@@ -1,0 +1,43 @@
+"""Prometheus metrics, one registry per app (so tests can run several brokers in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.messages_sent = Counter(
+            "halfmq_messages_sent",
+            "Messages stored by sends (batch members counted one by one)",
+            ["duplicate"],
+            registry=self.registry,
+        )
+        self.halves = Counter(
+            "halfmq_half_messages", "Half messages stored", registry=self.registry
+        )
+        self.resolutions = Counter(
+            "halfmq_transactions_resolved",
+            "Commit and rollback decisions applied, by state and by whom",
+            ["state", "by"],
+            registry=self.registry,
+        )
+        self.heartbeats = Counter(
+            "halfmq_producer_heartbeats", "Producer heartbeats", registry=self.registry
+        )
+        self.store_batches = Gauge(
+            "halfmq_store_commits",
+            "Store commits made by the group-commit writer",
+            registry=self.registry,
+        )
+        self.store_units = Gauge(
+            "halfmq_store_units",
+            "Units of work committed (units / commits = mean group-commit size)",
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "halfmq_ready",
+            "1 when the store is reachable and its schema current",
+            registry=self.registry,
+        )

@@ -1,0 +1,34 @@
+"""``/v1/messages``: a message by id (and where it is in its life), or by key and time range."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from broker_service.api import convert
+from broker_service.api.deps import ServiceDep
+from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.schemas import MessageLifeOut, MessageListOut, TimeIn
+from broker_service.domain.ports import MessageQuery
+
+router = APIRouter(prefix="/v1/messages", tags=["messages"], responses=ERROR_RESPONSES)
+
+
+@router.get("/{msg_id}", response_model=MessageLifeOut)
+async def get_message(msg_id: str, service: ServiceDep) -> MessageLifeOut:
+    return convert.life_out(await service.message_life(msg_id))
+
+
+@router.get("", response_model=MessageListOut)
+async def find_messages(
+    service: ServiceDep,
+    topic: Annotated[str | None, Query(max_length=255)] = None,
+    key: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    begin: Annotated[TimeIn | None, Query()] = None,
+    end: Annotated[TimeIn | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 32,
+) -> MessageListOut:
+    """Messages by key (RocketMQ's index query) and/or topic, stored between begin and end."""
+    found = await service.query_messages(MessageQuery(topic, key, begin, end, limit))
+    return MessageListOut(messages=[convert.message_out(m) for m in found])

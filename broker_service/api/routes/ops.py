@@ -1,0 +1,44 @@
+"""Operations: liveness, readiness, Prometheus metrics, and an echo route for benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from broker_service.api.deps import MetricsDep
+from broker_service.api.errors import ERROR_RESPONSES, envelope
+from broker_service.api.schemas import EchoOut
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is alive (says nothing of the store)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: ERROR_RESPONSES[503]})
+async def readyz(request: Request, metrics: MetricsDep) -> Any:
+    """Ready when the store is reachable and its schema is at the migrations' head."""
+    readiness = await request.app.state.store.ping()
+    metrics.ready.set(1 if readiness.ready else 0)
+    if not readiness.ready:
+        return envelope(503, "NOT_READY", readiness.reason)
+    return {"status": "ready"}
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics_text(request: Request, metrics: MetricsDep) -> Response:
+    stats = request.app.state.store.stats()
+    metrics.store_batches.set(stats["batches"])
+    metrics.store_units.set(stats["units"])
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.post("/v1/echo", response_model=EchoOut)
+async def echo(payload: Any = Body(None)) -> EchoOut:
+    """Diagnostic: answers its body and touches no store (the benchmarks' ceiling)."""
+    return EchoOut(echo=payload)

@@ -1,0 +1,31 @@
+"""``/v1/producer-groups``: heartbeats (check-back requests come with the check-back scheduler)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from broker_service.api.deps import MetricsDep, ServiceDep, SettingsDep
+from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.schemas import HeartbeatIn, HeartbeatOut
+
+router = APIRouter(
+    prefix="/v1/producer-groups", tags=["producer groups"], responses=ERROR_RESPONSES
+)
+
+
+@router.post("/{group}/heartbeat", response_model=HeartbeatOut)
+async def heartbeat(
+    group: str,
+    body: HeartbeatIn,
+    service: ServiceDep,
+    metrics: MetricsDep,
+    settings: SettingsDep,
+) -> HeartbeatOut:
+    """An instance is live while its last heartbeat is younger than producer_expiry_seconds."""
+    await service.heartbeat(group, body.client_id, body.callback_url, body.topics)
+    metrics.heartbeats.inc()
+    return HeartbeatOut(
+        producer_group=group,
+        client_id=body.client_id,
+        expires_in_seconds=settings.producer_expiry_seconds,
+    )

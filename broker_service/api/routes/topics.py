@@ -1,0 +1,69 @@
+"""``/v1/topics``: topic administration and sending."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from broker_service.api import convert
+from broker_service.api.deps import MetricsDep, ServiceDep
+from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.schemas import (
+    BatchIn,
+    BatchResultOut,
+    MessageIn,
+    SendResultOut,
+    TopicIn,
+    TopicListOut,
+    TopicOut,
+)
+
+router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=ERROR_RESPONSES)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TopicOut)
+async def create_topic(body: TopicIn, service: ServiceDep, response: Response) -> TopicOut:
+    """Create a topic; the same config again is 200, another config 409."""
+    result = await service.create_topic(body.name, body.queues, body.order)
+    if not result.created:
+        response.status_code = status.HTTP_200_OK
+    return convert.topic_out(result.view)
+
+
+@router.get("", response_model=TopicListOut)
+async def list_topics(service: ServiceDep) -> TopicListOut:
+    return TopicListOut(topics=[convert.topic_out(v) for v in await service.list_topics()])
+
+
+@router.get("/{topic}", response_model=TopicOut)
+async def get_topic(topic: str, service: ServiceDep) -> TopicOut:
+    return convert.topic_out(await service.get_topic(topic))
+
+
+@router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_topic(topic: str, service: ServiceDep) -> Response:
+    await service.delete_topic(topic)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{topic}/messages", status_code=status.HTTP_201_CREATED, response_model=SendResultOut)
+async def send_message(
+    topic: str, body: MessageIn, service: ServiceDep, metrics: MetricsDep
+) -> SendResultOut:
+    """Store one message; a retransmit with the same ``msg_id`` and content is answered again."""
+    (receipt,) = await service.send(topic, [body.to_draft()])
+    metrics.messages_sent.labels(duplicate=str(receipt.duplicate).lower()).inc()
+    return convert.receipt_out(receipt)
+
+
+@router.post(
+    "/{topic}/messages:batch", status_code=status.HTTP_201_CREATED, response_model=BatchResultOut
+)
+async def send_batch(
+    topic: str, body: BatchIn, service: ServiceDep, metrics: MetricsDep
+) -> BatchResultOut:
+    """Store every message of the batch, in order, or none of them."""
+    receipts = await service.send(topic, [m.to_draft() for m in body.messages])
+    duplicates = sum(r.duplicate for r in receipts)
+    metrics.messages_sent.labels(duplicate="true").inc(duplicates)
+    metrics.messages_sent.labels(duplicate="false").inc(len(receipts) - duplicates)
+    return BatchResultOut(results=[convert.receipt_out(r) for r in receipts])

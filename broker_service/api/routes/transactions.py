@@ -1,0 +1,86 @@
+"""``/v1/transactions``: half messages, commit, rollback, and their state."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, status
+
+from broker_service.api import convert
+from broker_service.api.deps import MetricsDep, ServiceDep
+from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.schemas import (
+    DecisionIn,
+    HalfOut,
+    ResolutionOut,
+    TransactionIn,
+    TransactionListOut,
+    TransactionOut,
+)
+from broker_service.domain.model import Decision, ResolvedBy, TransactionState
+
+router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=ERROR_RESPONSES)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfOut)
+async def send_half(body: TransactionIn, service: ServiceDep, metrics: MetricsDep) -> HalfOut:
+    """Store a half message in RMQ_SYS_TRANS_HALF_TOPIC, invisible to consumers."""
+    receipt = await service.prepare(
+        body.topic, body.to_draft(), body.producer_group, body.check_immunity_seconds
+    )
+    if not receipt.duplicate:
+        metrics.halves.inc()
+    return HalfOut(
+        transaction_id=receipt.transaction_id, msg_id=receipt.msg_id, duplicate=receipt.duplicate
+    )
+
+
+async def _resolve(
+    transaction_id: str,
+    decision: Decision,
+    body: DecisionIn | None,
+    service: ServiceDep,
+    metrics: MetricsDep,
+) -> ResolutionOut:
+    body = body or DecisionIn()
+    by = ResolvedBy.CHECK if body.from_check else ResolvedBy.PRODUCER
+    if body.producer_group is None and not body.from_check:
+        by = ResolvedBy.OPERATOR
+    resolution = await service.resolve(transaction_id, decision, body.producer_group, by)
+    metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
+    return convert.resolution_out(resolution)
+
+
+@router.post("/{transaction_id}/commit", response_model=ResolutionOut)
+async def commit(
+    transaction_id: str, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
+) -> ResolutionOut:
+    """Append the op record and put the message into its real topic, atomically."""
+    return await _resolve(transaction_id, Decision.COMMIT, body, service, metrics)
+
+
+@router.post("/{transaction_id}/rollback", response_model=ResolutionOut)
+async def rollback(
+    transaction_id: str, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
+) -> ResolutionOut:
+    """Append the op record only: the message is never delivered."""
+    return await _resolve(transaction_id, Decision.ROLLBACK, body, service, metrics)
+
+
+@router.get("/{transaction_id}", response_model=TransactionOut)
+async def get_transaction(transaction_id: str, service: ServiceDep) -> TransactionOut:
+    return convert.transaction_out(await service.get_transaction(transaction_id))
+
+
+@router.get("", response_model=TransactionListOut)
+async def list_transactions(
+    service: ServiceDep,
+    state: Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"] | None = None,
+    producer_group: Annotated[str | None, Query(max_length=255)] = None,
+    older_than_seconds: Annotated[float | None, Query(ge=0, le=10**9)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> TransactionListOut:
+    records = await service.list_transactions(
+        TransactionState(state) if state else None, producer_group, older_than_seconds, limit
+    )
+    return TransactionListOut(transactions=[convert.transaction_out(r) for r in records])

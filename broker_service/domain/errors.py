@@ -1,0 +1,63 @@
+"""The broker's exceptions.
+
+::
+
+    BrokerError                      (code, message, detail)
+     +-- InvalidRequest              bad names, bad values             -> 400/422
+     |    +-- InvalidName
+     |    +-- SystemTopic
+     +-- NotFound                    unknown topic, transaction, ...   -> 404
+     +-- Conflict                    the request contradicts the store -> 409
+     +-- MessageTooLarge                                               -> 413
+     +-- Busy                        shedding load                     -> 429
+     +-- NotReady                    store unreachable, schema old     -> 503
+
+The HTTP adapter maps each class to its status; the domain never speaks HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class BrokerError(Exception):
+    code = "BROKER_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None, **detail: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.detail: dict[str, Any] = detail
+
+
+class InvalidRequest(BrokerError):
+    code = "INVALID_REQUEST"
+
+
+class InvalidName(InvalidRequest):
+    code = "INVALID_NAME"
+
+
+class SystemTopic(InvalidRequest):
+    code = "SYSTEM_TOPIC"
+
+
+class NotFound(BrokerError):
+    code = "NOT_FOUND"
+
+
+class Conflict(BrokerError):
+    code = "CONFLICT"
+
+
+class MessageTooLarge(BrokerError):
+    code = "MESSAGE_TOO_LARGE"
+
+
+class Busy(BrokerError):
+    code = "BUSY"
+
+
+class NotReady(BrokerError):
+    code = "NOT_READY"

@@ -1,0 +1,89 @@
+"""The one interface between the domain and the store.
+
+A *unit of work* is a plain function ``fn(tx: StoreTx) -> T``.  The store runs write units through
+:meth:`Store.write` -- many of them share one store commit (group commit), and each caller is answered
+only after that commit -- and read units through :meth:`Store.read`.  Inside a unit, what it appended is
+visible to later calls of the same batch; offsets of appended messages are filled in before commit.
+
+A write unit must do its checks before its first change: when it raises a :class:`BrokerError`,
+the store drops what it appended and the batch goes on without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from broker_service.domain.model import (
+    PendingMessage,
+    QueueInfo,
+    ResolvedBy,
+    StoredMessage,
+    Topic,
+    TransactionRecord,
+    TransactionState,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQuery:
+    topic: str | None = None
+    key: str | None = None
+    begin: int | None = None
+    end: int | None = None
+    limit: int = 32
+
+
+class StoreTx(Protocol):
+    # topics and queues
+    def get_topic(self, name: str) -> Topic | None: ...
+    def list_topics(self) -> list[Topic]: ...
+    def create_topic(self, topic: Topic) -> None: ...
+    def delete_topic(self, name: str) -> None: ...
+    def queue_infos(self, topic: str) -> list[QueueInfo]: ...
+
+    # messages
+    def append(self, message: PendingMessage) -> None: ...
+    def find_sent(self, dedup_keys: Sequence[str]) -> dict[str, StoredMessage | PendingMessage]: ...
+    def get_message_at(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None: ...
+    def find_messages(self, msg_id: str) -> list[StoredMessage]: ...
+    def query_messages(self, query: MessageQuery) -> list[StoredMessage]: ...
+    def real_message_of(
+        self, transaction_id: str, topic: str
+    ) -> StoredMessage | PendingMessage | None: ...
+
+    # transactions
+    def insert_transaction(self, record: TransactionRecord, half: PendingMessage) -> None:
+        """Index a half appended in this unit (its ``half_offset`` comes from ``half``)."""
+        ...
+
+    def get_transaction(self, transaction_id: str) -> TransactionRecord | None: ...
+    def list_transactions(
+        self,
+        state: TransactionState | None,
+        producer_group: str | None,
+        created_before: int | None,
+        limit: int,
+    ) -> list[TransactionRecord]: ...
+    def resolve_transaction(
+        self,
+        transaction_id: str,
+        state: TransactionState,
+        at: int,
+        by: ResolvedBy,
+    ) -> bool:
+        """Move a PREPARED or DISCARDED transaction to ``state``; False if it was not (any more)."""
+        ...
+
+    # producers
+    def heartbeat(
+        self, group: str, client_id: str, callback_url: str | None, topics: Sequence[str], at: int
+    ) -> None: ...
+
+
+class Store(Protocol):
+    async def write(self, unit: Callable[[StoreTx], T]) -> T: ...
+    async def read(self, unit: Callable[[StoreTx], T]) -> T: ...

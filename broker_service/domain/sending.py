@@ -1,0 +1,223 @@
+"""Sending: normal, ordered, delayed and batch messages, with retransmit dedup by ``msg_id``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from broker_service.domain import names
+from broker_service.domain.clock import now_ms
+from broker_service.domain.config import DomainConfig
+from broker_service.domain.errors import Conflict, InvalidRequest, MessageTooLarge, NotFound
+from broker_service.domain.ids import new_id
+from broker_service.domain.model import (
+    PROP_DELIVER_AT,
+    PROP_REAL_QUEUE_ID,
+    PROP_REAL_TOPIC,
+    RESERVED_PROPERTIES,
+    MessageDraft,
+    PendingMessage,
+    StoredMessage,
+    Topic,
+)
+from broker_service.domain.ports import StoreTx
+from broker_service.domain.queues import QueueSelector
+
+Message = StoredMessage | PendingMessage
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt:
+    """RocketMQ's SendResult.  A delayed message has no offset in its real topic until released."""
+
+    msg_id: str
+    topic: str
+    queue_id: int
+    message: Message
+    duplicate: bool
+    deliver_at: int | None = None
+
+    @property
+    def queue_offset(self) -> int | None:
+        if self.message.topic == names.SCHEDULE_TOPIC:
+            return None
+        return self.message.queue_offset
+
+
+def receipt_for(message: Message, *, duplicate: bool) -> SendReceipt:
+    """The answer for a stored message; a delayed one is answered with its real topic and queue."""
+    if message.topic == names.SCHEDULE_TOPIC:
+        return SendReceipt(
+            msg_id=message.msg_id,
+            topic=message.properties[PROP_REAL_TOPIC],
+            queue_id=int(message.properties[PROP_REAL_QUEUE_ID]),
+            message=message,
+            duplicate=duplicate,
+            deliver_at=message.deliver_at,
+        )
+    return SendReceipt(message.msg_id, message.topic, message.queue_id, message, duplicate)
+
+
+class Sender:
+    """Builds the units of work of sending; shared by plain sends and halves."""
+
+    def __init__(
+        self,
+        config: DomainConfig,
+        selector: QueueSelector | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.config = config
+        self.selector = selector or QueueSelector()
+        self.clock = clock
+
+    # -- checks, before any change ------------------------------------------------------------
+
+    def check_draft(self, draft: MessageDraft) -> None:
+        if draft.tags is not None:
+            names.check_tag(draft.tags)
+        names.check_keys(draft.keys)
+        size = len(draft.body) + sum(len(k) + len(v) for k, v in draft.properties.items())
+        if size > self.config.max_message_bytes:
+            raise MessageTooLarge(
+                f"message of {size} bytes is over max_message_bytes "
+                f"({self.config.max_message_bytes})",
+                size=size,
+                limit=self.config.max_message_bytes,
+            )
+        reserved = RESERVED_PROPERTIES.intersection(draft.properties)
+        if reserved:
+            raise InvalidRequest(
+                f"properties {sorted(reserved)} are reserved for the broker",
+                code="RESERVED_PROPERTY",
+            )
+        levels = len(self.config.delay_levels_ms)
+        if draft.delay_level is not None and not 0 <= draft.delay_level <= levels:
+            raise InvalidRequest(
+                f"delay_level must be 1-{levels} (0 or null: no delay)", code="INVALID_DELAY_LEVEL"
+            )
+
+    def topic_for_send(self, tx: StoreTx, name: str) -> Topic:
+        names.check_user_topic(name)
+        topic = tx.get_topic(name)
+        if topic is not None:
+            return topic
+        if not self.config.auto_create_topics:
+            raise NotFound(
+                f"topic {name!r} does not exist (create it first; auto_create_topics is off)",
+                code="TOPIC_NOT_FOUND",
+                topic=name,
+            )
+        topic = Topic(name, self.config.default_topic_queues, False, 6, False, self.clock())
+        tx.create_topic(topic)
+        return topic
+
+    def previous_send(self, tx: StoreTx, draft: MessageDraft, content_hash: str) -> Message | None:
+        """The message a retransmit repeats, or None; another message under its id is a 409."""
+        if draft.msg_id is None:
+            return None
+        found = tx.find_sent([draft.msg_id]).get(draft.msg_id)
+        if found is None:
+            return None
+        if found.content_hash != content_hash:
+            raise Conflict(
+                f"msg_id {draft.msg_id!r} was already used for a different message",
+                code="MESSAGE_ID_CONFLICT",
+                msg_id=draft.msg_id,
+            )
+        return found
+
+    # -- building what to append --------------------------------------------------------------
+
+    def delay_ms(self, draft: MessageDraft, now: int) -> int | None:
+        """When a delayed message becomes deliverable, or None if it is deliverable now."""
+        if draft.delay_level:
+            return now + self.config.delay_levels_ms[draft.delay_level - 1]
+        if draft.deliver_at is not None and draft.deliver_at > now:
+            return draft.deliver_at
+        return None
+
+    def placed(
+        self,
+        message: PendingMessage,
+        deliver_at: int | None,
+        delay_level: int | None,
+    ) -> PendingMessage:
+        """Park a message that is not yet deliverable in SCHEDULE_TOPIC_XXXX, as RocketMQ does:
+        one queue per delay level, the last one for an explicit ``deliver_at``."""
+        if deliver_at is None:
+            return message
+        properties = dict(message.properties)
+        properties[PROP_REAL_TOPIC] = message.topic
+        properties[PROP_REAL_QUEUE_ID] = str(message.queue_id)
+        properties[PROP_DELIVER_AT] = str(deliver_at)
+        message.properties = properties
+        message.queue_id = (delay_level or len(self.config.delay_levels_ms) + 1) - 1
+        message.topic = names.SCHEDULE_TOPIC
+        message.deliver_at = deliver_at
+        return message
+
+    def new_message(
+        self, topic: Topic, draft: MessageDraft, content_hash: str, now: int
+    ) -> PendingMessage:
+        message = PendingMessage(
+            topic=topic.name,
+            queue_id=self.selector.select(topic, draft),
+            msg_id=draft.msg_id or new_id(),
+            body=draft.body,
+            encoding=draft.encoding.value,
+            born_at=draft.born_at or now,
+            stored_at=now,
+            tags=draft.tags,
+            keys=draft.keys,
+            properties=dict(draft.properties),
+            sharding_key=draft.sharding_key,
+            content_hash=content_hash,
+        )
+        message.dedup_key = message.msg_id
+        return message
+
+    # -- units of work -------------------------------------------------------------------------
+
+    def send(
+        self, topic_name: str, drafts: Sequence[MessageDraft]
+    ) -> Callable[[StoreTx], list[SendReceipt]]:
+        """All the drafts are stored, in order, or none is."""
+
+        names.check_user_topic(topic_name)
+        for draft in drafts:
+            self.check_draft(draft)
+
+        def unit(tx: StoreTx) -> list[SendReceipt]:
+            topic = self.topic_for_send(tx, topic_name)
+            now = self.clock()
+            receipts: list[SendReceipt | None] = []
+            fresh: list[tuple[int, PendingMessage]] = []
+            in_request: dict[str, str] = {}
+            for draft in drafts:
+                content_hash = draft.content_hash(topic.name)
+                seen = in_request.get(draft.msg_id) if draft.msg_id else None
+                if seen is not None and seen != content_hash:
+                    raise Conflict(
+                        f"msg_id {draft.msg_id!r} appears twice with different content",
+                        code="MESSAGE_ID_CONFLICT",
+                        msg_id=draft.msg_id,
+                    )
+                previous = self.previous_send(tx, draft, content_hash)
+                if previous is not None:
+                    receipts.append(receipt_for(previous, duplicate=True))
+                    continue
+                message = self.new_message(topic, draft, content_hash, now)
+                in_request[message.msg_id] = content_hash
+                deliver_at = self.delay_ms(draft, now)
+                fresh.append((len(receipts), self.placed(message, deliver_at, draft.delay_level)))
+                receipts.append(None)
+            first_of: dict[str, PendingMessage] = {}
+            for index, message in fresh:
+                first = first_of.setdefault(message.msg_id, message)
+                if first is message:
+                    tx.append(message)
+                receipts[index] = receipt_for(first, duplicate=first is not message)
+            return [r for r in receipts if r is not None]
+
+        return unit

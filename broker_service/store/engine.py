@@ -1,0 +1,83 @@
+"""Engines for SQLite and PostgreSQL, with the commit settings that ``flush`` asks for.
+
+``flush: sync`` (RocketMQ's SYNC_FLUSH): SQLite ``synchronous=FULL`` (the WAL is fsynced at every
+commit), PostgreSQL ``synchronous_commit=on``.  ``flush: async`` (ASYNC_FLUSH): SQLite
+``synchronous=NORMAL`` and PostgreSQL ``synchronous_commit=off`` -- faster, and a power loss can take
+the last moments of acknowledged writes (a process crash cannot).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from broker_service.settings import Flush
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for in-memory databases)."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def make_engine(url: str, *, flush: Flush, writer: bool, pool_size: int = 5) -> Engine:
+    """One engine per role: the writer (one connection, owned by the group-commit thread) or readers."""
+    if is_sqlite(url):
+        return _sqlite_engine(url, flush=flush, writer=writer, pool_size=pool_size)
+    return _postgres_engine(url, flush=flush, writer=writer, pool_size=pool_size)
+
+
+def _sqlite_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> Engine:
+    engine = create_engine(
+        url,
+        pool_size=1 if writer else pool_size,
+        max_overflow=0 if writer else pool_size,
+        connect_args={"check_same_thread": False, "timeout": 30},
+    )
+    synchronous = "FULL" if flush is Flush.SYNC else "NORMAL"
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event issue BEGIN itself (pysqlite's own is deferred and late).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=OFF")
+        cursor.close()
+
+    begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql(begin)
+
+    return engine
+
+
+def _postgres_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> Engine:
+    engine = create_engine(
+        url,
+        pool_size=1 if writer else pool_size,
+        max_overflow=0 if writer else pool_size,
+        pool_pre_ping=True,
+    )
+    if writer and flush is Flush.ASYNC:
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            with dbapi_conn.cursor() as cursor:
+                cursor.execute("SET synchronous_commit = off")
+            dbapi_conn.commit()
+
+    return engine

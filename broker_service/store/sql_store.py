@@ -1,0 +1,119 @@
+"""``SqlStore``: the :class:`~broker_service.domain.ports.Store` on SQLAlchemy (SQLite or PostgreSQL).
+
+Writes go through the group-commit writer (one connection); reads run on a small pool in worker
+threads.  The store refuses to serve (``NotReady``) while its schema is not at the migrations' head.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from broker_service.domain.errors import BrokerError, NotReady
+from broker_service.settings import BrokerSettings
+from broker_service.store import migrate
+from broker_service.store.engine import is_sqlite, make_engine, sqlite_path
+from broker_service.store.sqltx import SqlTx
+from broker_service.store.writer import GroupCommitWriter
+
+log = logging.getLogger("halfmq.store")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    ready: bool
+    reason: str = ""
+
+
+class SqlStore:
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.url = settings.database_url
+        self.readers = make_engine(
+            self.url, flush=settings.flush, writer=False, pool_size=settings.pool_size
+        )
+        self.writer_engine = make_engine(self.url, flush=settings.flush, writer=True)
+        self.writer = GroupCommitWriter(self.writer_engine, batch_max=settings.write_batch_max)
+        self.schema_current = False
+        self.schema_reason = "starting"
+
+    @property
+    def dialect(self) -> str:
+        return self.readers.dialect.name
+
+    def open(self, *, create_sqlite: bool = True) -> None:
+        """Start the writer; a brand-new SQLite file is created at the current schema."""
+        if create_sqlite and is_sqlite(self.url):
+            path = sqlite_path(self.url)
+            if path is not None and (not path.exists() or path.stat().st_size == 0):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                log.info("creating a new SQLite store at %s", path)
+                migrate.upgrade(self.url)
+        self.check_schema()
+        self.writer.start()
+
+    def close(self) -> None:
+        self.writer.stop()
+        self.writer_engine.dispose()
+        self.readers.dispose()
+
+    def check_schema(self) -> Readiness:
+        try:
+            status = migrate.schema_status(self.readers)
+        except DBAPIError as exc:
+            self.schema_current = False
+            self.schema_reason = f"store unreachable: {exc.orig}"
+            return Readiness(False, self.schema_reason)
+        self.schema_current = status.is_current
+        if status.is_current:
+            self.schema_reason = ""
+        else:
+            self.schema_reason = (
+                f"the store's schema is at {status.current or 'nothing'}, the broker needs "
+                f"{status.head}: run `halfmq db upgrade --database-url <url>`"
+            )
+            log.error("refusing to serve: %s", self.schema_reason)
+        return Readiness(status.is_current, self.schema_reason)
+
+    def _guard(self) -> None:
+        if not self.schema_current:
+            raise NotReady(f"the broker is not ready: {self.schema_reason}")
+
+    async def write(self, unit: Callable[[SqlTx], T]) -> T:
+        self._guard()
+        result: T = await self.writer.submit(unit)
+        return result
+
+    async def read(self, unit: Callable[[SqlTx], T]) -> T:
+        self._guard()
+        return await anyio.to_thread.run_sync(self._read, unit)
+
+    def _read(self, unit: Callable[[SqlTx], T]) -> T:
+        try:
+            with self.readers.connect() as conn:
+                return unit(SqlTx(conn))
+        except BrokerError:
+            raise
+        except DBAPIError as exc:
+            raise NotReady(f"the store failed: {exc.orig}", code="STORE_UNAVAILABLE") from exc
+
+    async def ping(self) -> Readiness:
+        def probe() -> Readiness:
+            try:
+                with self.readers.connect() as conn:
+                    conn.execute(text("SELECT 1"))
+            except DBAPIError as exc:
+                return Readiness(False, f"store unreachable: {exc.orig}")
+            return self.check_schema()
+
+        return await anyio.to_thread.run_sync(probe)
+
+    def stats(self) -> dict[str, Any]:
+        return {"batches": self.writer.batches, "units": self.writer.units}

@@ -1,0 +1,339 @@
+"""``SqlTx``: the domain's :class:`StoreTx` on one SQLAlchemy connection and transaction.
+
+Appends are written behind: they are buffered during a batch of units of work and written by
+:meth:`SqlTx.flush` with one ``executemany`` per table.  ``flush`` locks the touched queue rows in a
+fixed order (``FOR UPDATE`` on PostgreSQL; SQLite's writer holds the database lock already), hands out
+dense offsets, and only then inserts -- so offsets stay gap-free even with several brokers on one
+PostgreSQL, and every caller learns its offsets before its commit is acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from broker_service.domain.model import (
+    PendingMessage,
+    QueueInfo,
+    ResolvedBy,
+    StoredMessage,
+    Topic,
+    TransactionRecord,
+    TransactionState,
+)
+from broker_service.domain.ports import MessageQuery
+from broker_service.store import rows
+from broker_service.store.schema import (
+    message_keys,
+    messages,
+    producers,
+    queues,
+    transactions,
+)
+from broker_service.store.schema import topics as topic_table
+
+_OPEN_STATES = (TransactionState.PREPARED.value, TransactionState.DISCARDED.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where the buffers stood before a unit of work, to drop what a failed unit appended."""
+
+    appended: int
+    transactions: int
+
+
+class SqlTx:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._postgres = conn.dialect.name == "postgresql"
+        self._topics: dict[str, Topic | None] = {}
+        self._appended: list[PendingMessage] = []
+        self._sent: dict[str, PendingMessage] = {}
+        self._transactions: list[tuple[TransactionRecord, PendingMessage]] = []
+
+    # -- buffers --------------------------------------------------------------------------------
+
+    def mark(self) -> Mark:
+        return Mark(len(self._appended), len(self._transactions))
+
+    def rollback_to(self, mark: Mark) -> None:
+        for message in self._appended[mark.appended :]:
+            if message.dedup_key is not None:
+                self._sent.pop(message.dedup_key, None)
+        del self._appended[mark.appended :]
+        del self._transactions[mark.transactions :]
+
+    def flush(self) -> None:
+        """Hand out offsets and write everything appended since the last flush."""
+        if self._appended:
+            pending, self._appended = self._appended, []
+            self._assign_offsets(pending)
+            self.conn.execute(insert(messages), [rows.message_values(m) for m in pending])
+            keys = [
+                {
+                    "key": key,
+                    "stored_at": m.stored_at,
+                    "topic": m.topic,
+                    "queue_id": m.queue_id,
+                    "queue_offset": m.queue_offset,
+                }
+                for m in pending
+                for key in dict.fromkeys(m.keys)
+            ]
+            if keys:
+                self.conn.execute(insert(message_keys), keys)
+            self._sent.clear()
+        if self._transactions:
+            records, self._transactions = self._transactions, []
+            self.conn.execute(
+                insert(transactions),
+                [rows.transaction_values(record, half.queue_offset) for record, half in records],
+            )
+
+    def _assign_offsets(self, pending: list[PendingMessage]) -> None:
+        wanted = sorted({(m.topic, m.queue_id) for m in pending})
+        next_offsets = self._lock_queues(wanted)
+        missing = [key for key in wanted if key not in next_offsets]
+        if missing:
+            self._insert_queues(missing)
+            next_offsets.update(self._lock_queues(missing))
+        start = dict(next_offsets)
+        for message in pending:
+            key = (message.topic, message.queue_id)
+            message.queue_offset = next_offsets[key]
+            next_offsets[key] += 1
+        self.conn.execute(
+            update(queues)
+            .where(and_(queues.c.topic == bindparam("t"), queues.c.queue_id == bindparam("q")))
+            .values(next_offset=bindparam("n")),
+            [{"t": t, "q": q, "n": n} for (t, q), n in next_offsets.items() if n != start[(t, q)]],
+        )
+
+    def _lock_queues(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        query = (
+            select(queues.c.topic, queues.c.queue_id, queues.c.next_offset)
+            .where(tuple_(queues.c.topic, queues.c.queue_id).in_(keys))
+            .order_by(queues.c.topic, queues.c.queue_id)
+        )
+        if self._postgres:
+            query = query.with_for_update()
+        return {(r.topic, r.queue_id): r.next_offset for r in self.conn.execute(query)}
+
+    def _insert_queues(self, keys: Sequence[tuple[str, int]]) -> None:
+        dialect_insert = postgresql.insert if self._postgres else sqlite.insert
+        self.conn.execute(
+            dialect_insert(queues).on_conflict_do_nothing(),
+            [{"topic": t, "queue_id": q, "next_offset": 0, "min_offset": 0} for t, q in keys],
+        )
+
+    # -- topics and queues ----------------------------------------------------------------------
+
+    def get_topic(self, name: str) -> Topic | None:
+        if name not in self._topics:
+            row = self.conn.execute(select(topic_table).where(topic_table.c.name == name)).first()
+            self._topics[name] = rows.topic_record(row) if row else None
+        return self._topics[name]
+
+    def list_topics(self) -> list[Topic]:
+        result = self.conn.execute(
+            select(topic_table).where(topic_table.c.system.is_(False)).order_by(topic_table.c.name)
+        )
+        return [rows.topic_record(row) for row in result]
+
+    def create_topic(self, topic: Topic) -> None:
+        self.conn.execute(
+            insert(topic_table).values(
+                name=topic.name,
+                queues=topic.queues,
+                ordered=topic.ordered,
+                perm=topic.perm,
+                system=topic.system,
+                created_at=topic.created_at,
+            )
+        )
+        # Queues outlive a deleted topic, so a topic created again continues its offsets.
+        self._insert_queues([(topic.name, i) for i in range(topic.queues)])
+        self._topics[topic.name] = topic
+
+    def delete_topic(self, name: str) -> None:
+        self.conn.execute(delete(topic_table).where(topic_table.c.name == name))
+        self._topics[name] = None
+
+    def queue_infos(self, topic: str) -> list[QueueInfo]:
+        result = self.conn.execute(
+            select(queues).where(queues.c.topic == topic).order_by(queues.c.queue_id)
+        )
+        return [QueueInfo(topic, r.queue_id, r.min_offset, r.next_offset) for r in result]
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def append(self, message: PendingMessage) -> None:
+        self._appended.append(message)
+        if message.dedup_key is not None:
+            self._sent[message.dedup_key] = message
+
+    def find_sent(self, dedup_keys: Sequence[str]) -> dict[str, StoredMessage | PendingMessage]:
+        found: dict[str, StoredMessage | PendingMessage] = {
+            k: self._sent[k] for k in dedup_keys if k in self._sent
+        }
+        rest = [k for k in dedup_keys if k not in found]
+        if rest:
+            result = self.conn.execute(select(messages).where(messages.c.dedup_key.in_(rest)))
+            for row in result:
+                found[row.dedup_key] = rows.stored_message(row)
+        return found
+
+    def get_message_at(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        row = self.conn.execute(
+            select(messages).where(
+                messages.c.topic == topic,
+                messages.c.queue_id == queue_id,
+                messages.c.queue_offset == offset,
+            )
+        ).first()
+        return rows.stored_message(row) if row else None
+
+    def find_messages(self, msg_id: str) -> list[StoredMessage]:
+        result = self.conn.execute(
+            select(messages).where(messages.c.msg_id == msg_id).order_by(messages.c.id)
+        )
+        return [rows.stored_message(row) for row in result]
+
+    def query_messages(self, query: MessageQuery) -> list[StoredMessage]:
+        if query.key is not None:
+            k = message_keys.c
+            conditions: list[Any] = [k.key == query.key]
+            if query.topic is not None:
+                conditions.append(k.topic == query.topic)
+            if query.begin is not None:
+                conditions.append(k.stored_at >= query.begin)
+            if query.end is not None:
+                conditions.append(k.stored_at <= query.end)
+            stmt = (
+                select(messages)
+                .join(
+                    message_keys,
+                    and_(
+                        k.topic == messages.c.topic,
+                        k.queue_id == messages.c.queue_id,
+                        k.queue_offset == messages.c.queue_offset,
+                    ),
+                )
+                .where(*conditions)
+                .order_by(k.stored_at, messages.c.id)
+            )
+        else:
+            m = messages.c
+            conditions = []
+            if query.topic is not None:
+                conditions.append(m.topic == query.topic)
+            if query.begin is not None:
+                conditions.append(m.stored_at >= query.begin)
+            if query.end is not None:
+                conditions.append(m.stored_at <= query.end)
+            stmt = select(messages).where(*conditions).order_by(m.stored_at, m.id)
+        result = self.conn.execute(stmt.limit(query.limit))
+        return [rows.stored_message(row) for row in result]
+
+    def real_message_of(
+        self, transaction_id: str, topic: str
+    ) -> StoredMessage | PendingMessage | None:
+        for message in self._appended:
+            if message.transaction_id == transaction_id and message.topic == topic:
+                return message
+        row = self.conn.execute(
+            select(messages).where(
+                messages.c.transaction_id == transaction_id, messages.c.topic == topic
+            )
+        ).first()
+        return rows.stored_message(row) if row else None
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def insert_transaction(self, record: TransactionRecord, half: PendingMessage) -> None:
+        self._transactions.append((record, half))
+
+    def get_transaction(self, transaction_id: str) -> TransactionRecord | None:
+        for record, _half in self._transactions:
+            if record.transaction_id == transaction_id:
+                return record
+        row = self.conn.execute(
+            select(transactions).where(transactions.c.transaction_id == transaction_id)
+        ).first()
+        return rows.transaction_record(row) if row else None
+
+    def list_transactions(
+        self,
+        state: TransactionState | None,
+        producer_group: str | None,
+        created_before: int | None,
+        limit: int,
+    ) -> list[TransactionRecord]:
+        t = transactions.c
+        conditions: list[Any] = []
+        if state is not None:
+            conditions.append(t.state == state.value)
+        if producer_group is not None:
+            conditions.append(t.producer_group == producer_group)
+        if created_before is not None:
+            conditions.append(t.created_at <= created_before)
+        result = self.conn.execute(
+            select(transactions).where(*conditions).order_by(t.created_at).limit(limit)
+        )
+        return [rows.transaction_record(row) for row in result]
+
+    def resolve_transaction(
+        self, transaction_id: str, state: TransactionState, at: int, by: ResolvedBy
+    ) -> bool:
+        if any(r.transaction_id == transaction_id for r, _ in self._transactions):
+            self.flush()
+        result = self.conn.execute(
+            update(transactions)
+            .where(
+                transactions.c.transaction_id == transaction_id,
+                transactions.c.state.in_(_OPEN_STATES),
+            )
+            .values(
+                state=state.value,
+                resolved_at=at,
+                resolved_by=by.value,
+                next_check_at=None,
+                claimed_by=None,
+                claimed_until=None,
+            )
+        )
+        return result.rowcount == 1
+
+    # -- producers ------------------------------------------------------------------------------
+
+    def heartbeat(
+        self, group: str, client_id: str, callback_url: str | None, topics: Sequence[str], at: int
+    ) -> None:
+        dialect_insert = postgresql.insert if self._postgres else sqlite.insert
+        values = {
+            "producer_group": group,
+            "client_id": client_id,
+            "callback_url": callback_url,
+            "topics": orjson.dumps(list(topics)).decode(),
+            "last_heartbeat_at": at,
+        }
+        stmt = dialect_insert(producers).values(**values)
+        self.conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["producer_group", "client_id"],
+                set_={
+                    "callback_url": stmt.excluded.callback_url,
+                    "topics": stmt.excluded.topics,
+                    "last_heartbeat_at": stmt.excluded.last_heartbeat_at,
+                },
+            )
+        )
+
+    def count_messages(self) -> int:
+        return int(self.conn.execute(select(func.count()).select_from(messages)).scalar_one())

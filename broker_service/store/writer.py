@@ -1,0 +1,170 @@
+"""Group commit: one thread owns the store's write connection and commits many units at once.
+
+Requests put their unit of work on a queue and await a future.  The writer thread takes everything
+waiting (up to ``batch_max``), runs it in one store transaction, flushes the buffered appends, commits
+-- one fsync for the whole batch -- and only then answers every caller.  While it commits, the next
+batch gathers, so the batch size follows the load with no timer.
+
+A unit that raises a :class:`BrokerError` is dropped from the batch (its appends undone) and answered
+with the error.  Any other failure aborts the batch; its units are then run one per transaction, so
+only the unit that fails again is answered with the failure.  Units that lost a race with another
+broker (a unique key, a deadlock) are retried on their own a few times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from broker_service.domain.errors import BrokerError, Busy, NotReady
+from broker_service.store.sqltx import SqlTx
+
+log = logging.getLogger("halfmq.store.writer")
+
+_RETRIES = 3
+
+
+@dataclass(slots=True)
+class _Job:
+    unit: Callable[[SqlTx], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    ok: bool = False
+    value: Any = None
+
+
+_STOP = object()
+
+
+class GroupCommitWriter:
+    def __init__(self, engine: Engine, *, batch_max: int = 512, queue_max: int = 20_000) -> None:
+        self.engine = engine
+        self.batch_max = batch_max
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_max)
+        self._thread: threading.Thread | None = None
+        self.batches = 0
+        self.units = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="halfmq-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def submit(self, unit: Callable[[SqlTx], Any]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        try:
+            self._queue.put_nowait(_Job(unit, future, loop))
+        except queue.Full:
+            raise Busy("the broker's write queue is full; retry later") from None
+        return future
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                return
+            batch: list[_Job] = [first]
+            stop = False
+            while len(batch) < self.batch_max:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+            self._execute(batch)
+            if stop:
+                return
+
+    def _execute(self, batch: list[_Job]) -> None:
+        try:
+            self._run_batch(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                self._run_alone(batch[0], exc)
+            else:
+                log.info("batch of %d failed (%s); running its units one by one", len(batch), exc)
+                for job in batch:
+                    self._run_alone(job, exc)
+            return
+        self._answer(batch)
+
+    def _run_batch(self, batch: list[_Job]) -> None:
+        with self.engine.begin() as conn:
+            tx = SqlTx(conn)
+            for job in batch:
+                mark = tx.mark()
+                try:
+                    job.value, job.ok = job.unit(tx), True
+                except BrokerError as error:
+                    tx.rollback_to(mark)
+                    job.value, job.ok = error, False
+            tx.flush()
+        self.batches += 1
+        self.units += len(batch)
+
+    def _run_alone(self, job: _Job, first_error: Exception) -> None:
+        error: Exception = first_error
+        for _ in range(_RETRIES):
+            try:
+                self._run_batch([job])
+            except (IntegrityError, DBAPIError) as exc:
+                error = exc
+                continue
+            except Exception as exc:
+                job.value, job.ok = exc, False
+                break
+            else:
+                break
+        else:
+            log.error("unit failed %d times: %s", _RETRIES, error)
+            job.value, job.ok = _translate(error), False
+        self._answer([job])
+
+    @staticmethod
+    def _answer(batch: list[_Job]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        for job in batch:
+            by_loop.setdefault(job.loop, []).append(job)
+        for loop, jobs in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop closed while we committed
+                loop.call_soon_threadsafe(_settle, jobs)
+
+
+def _settle(jobs: list[_Job]) -> None:
+    for job in jobs:
+        if job.future.done():
+            continue
+        if job.ok:
+            job.future.set_result(job.value)
+        else:
+            job.future.set_exception(job.value)
+
+
+def _translate(error: Exception) -> Exception:
+    if isinstance(error, BrokerError):
+        return error
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return NotReady("the store is unreachable", code="STORE_UNAVAILABLE")
+    if isinstance(error, DBAPIError) and not isinstance(error, IntegrityError):
+        return NotReady(f"the store failed: {error.orig}", code="STORE_UNAVAILABLE")
+    return error

@@ -1,0 +1,1 @@
+"""demo_bank: not built yet (see the open issues)."""

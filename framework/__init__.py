@@ -1,0 +1,1 @@
+"""framework: not built yet (see the open issues)."""

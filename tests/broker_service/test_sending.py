@@ -1,0 +1,135 @@
+"""Sending: single, batch, dedup by msg_id, ordered, delayed -- on both stores."""
+
+from __future__ import annotations
+
+import base64
+
+from tests.support import InProcessBroker
+
+
+async def test_send_answers_where_the_message_is(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=2)
+    first = (await broker.client.post("/v1/topics/t/messages", json={"body": "a"})).json()
+    second = (await broker.client.post("/v1/topics/t/messages", json={"body": "b"})).json()
+    assert first["status"] == "SEND_OK"
+    assert {first["queue_id"], second["queue_id"]} == {0, 1}, "round-robin over the queues"
+    stored = (await broker.client.get(f"/v1/messages/{first['msg_id']}")).json()
+    assert stored["body"] == "a"
+    assert stored["queue_offset"] == first["queue_offset"]
+
+
+async def test_retransmit_is_stored_once_and_answered_the_same(broker: InProcessBroker) -> None:
+    await broker.topic("t")
+    message = {"body": "pay 10", "keys": ["order-1"], "msg_id": "m-1"}
+    first = await broker.client.post("/v1/topics/t/messages", json=message)
+    again = await broker.client.post("/v1/topics/t/messages", json=message)
+    assert first.status_code == again.status_code == 201
+    assert again.json()["duplicate"] is True
+    assert {k: v for k, v in again.json().items() if k != "duplicate"} == {
+        k: v for k, v in first.json().items() if k != "duplicate"
+    }
+    found = (await broker.client.get("/v1/messages", params={"key": "order-1"})).json()
+    assert len(found["messages"]) == 1
+
+
+async def test_same_msg_id_with_other_content_is_409(broker: InProcessBroker) -> None:
+    await broker.topic("t")
+    await broker.client.post("/v1/topics/t/messages", json={"body": "a", "msg_id": "m-1"})
+    other = await broker.client.post("/v1/topics/t/messages", json={"body": "b", "msg_id": "m-1"})
+    assert other.status_code == 409
+    assert other.json()["error"]["code"] == "MESSAGE_ID_CONFLICT"
+
+
+async def test_batch_is_stored_in_order(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=1)
+    batch = {"messages": [{"body": str(i)} for i in range(10)]}
+    response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+    assert response.status_code == 201
+    offsets = [r["queue_offset"] for r in response.json()["results"]]
+    assert offsets == list(range(10))
+
+
+async def test_batch_is_all_or_nothing(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=1)
+    await broker.client.post("/v1/topics/t/messages", json={"body": "x", "msg_id": "taken"})
+    batch = {"messages": [{"body": "ok"}, {"body": "clash", "msg_id": "taken"}]}
+    response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+    assert response.status_code == 409
+    topic = (await broker.client.get("/v1/topics/t")).json()
+    assert topic["queue_offsets"][0]["max_offset"] == 1, "nothing of the failed batch stored"
+
+
+async def test_batch_retransmit_is_deduplicated(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=1)
+    batch = {"messages": [{"body": str(i), "msg_id": f"b-{i}"} for i in range(3)]}
+    first = (await broker.client.post("/v1/topics/t/messages:batch", json=batch)).json()
+    again = (await broker.client.post("/v1/topics/t/messages:batch", json=batch)).json()
+    assert [r["duplicate"] for r in again["results"]] == [True, True, True]
+    assert [r["queue_offset"] for r in again["results"]] == [
+        r["queue_offset"] for r in first["results"]
+    ]
+
+
+async def test_one_sharding_key_lands_in_one_queue_in_send_order(broker: InProcessBroker) -> None:
+    await broker.topic("orders", queues=8)
+    results = []
+    for step in ("created", "paid", "shipped", "done"):
+        body = {"body": step, "sharding_key": "order-188"}
+        results.append((await broker.client.post("/v1/topics/orders/messages", json=body)).json())
+    assert len({r["queue_id"] for r in results}) == 1
+    offsets = [r["queue_offset"] for r in results]
+    assert offsets == sorted(offsets) == list(range(offsets[0], offsets[0] + 4))
+
+
+async def test_queue_id_picks_the_queue_and_is_checked(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=2)
+    ok = await broker.client.post("/v1/topics/t/messages", json={"body": "x", "queue_id": 1})
+    assert ok.json()["queue_id"] == 1
+    bad = await broker.client.post("/v1/topics/t/messages", json={"body": "x", "queue_id": 2})
+    assert bad.status_code == 422
+    assert bad.json()["error"]["code"] == "INVALID_QUEUE_ID"
+
+
+async def test_base64_body_round_trips(broker: InProcessBroker) -> None:
+    await broker.topic("t")
+    raw = bytes(range(256))
+    body = {"body": base64.b64encode(raw).decode(), "encoding": "base64"}
+    sent = (await broker.client.post("/v1/topics/t/messages", json=body)).json()
+    stored = (await broker.client.get(f"/v1/messages/{sent['msg_id']}")).json()
+    assert base64.b64decode(stored["body"]) == raw
+    assert stored["encoding"] == "base64"
+
+
+async def test_delayed_message_waits_in_the_schedule_topic(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=1)
+    sent = await broker.client.post(
+        "/v1/topics/t/messages", json={"body": "later", "delay_level": 3}
+    )
+    assert sent.status_code == 201
+    receipt = sent.json()
+    assert receipt["topic"] == "t"
+    assert receipt["queue_offset"] is None
+    assert receipt["deliver_at"] is not None
+    life = (await broker.client.get(f"/v1/messages/{receipt['msg_id']}")).json()
+    assert life["stage"] == "SCHEDULED"
+    assert life["topic"] == "SCHEDULE_TOPIC_XXXX"
+    assert life["properties"]["REAL_TOPIC"] == "t"
+    topic = (await broker.client.get("/v1/topics/t")).json()
+    assert topic["queue_offsets"][0]["max_offset"] == 0, "not in the real topic before its time"
+
+
+async def test_find_by_key_and_time_range(broker: InProcessBroker) -> None:
+    await broker.topic("t")
+    await broker.client.post("/v1/topics/t/messages", json={"body": "1", "keys": ["k", "x"]})
+    await broker.client.post("/v1/topics/t/messages", json={"body": "2", "keys": ["k"]})
+    await broker.client.post("/v1/topics/t/messages", json={"body": "3", "keys": ["other"]})
+    found = (await broker.client.get("/v1/messages", params={"key": "k", "topic": "t"})).json()
+    assert [m["body"] for m in found["messages"]] == ["1", "2"]
+    future = (
+        await broker.client.get(
+            "/v1/messages", params={"key": "k", "begin": "2999-01-01T00:00:00Z"}
+        )
+    ).json()
+    assert future["messages"] == []
+    by_ms = (await broker.client.get("/v1/messages", params={"key": "k", "end": 0})).json()
+    assert by_ms["messages"] == []

@@ -1,0 +1,88 @@
+"""Fixtures shared by every test: real stores (a SQLite file, the machine's PostgreSQL) and brokers.
+
+PostgreSQL is at ``HALFMQ_TEST_PG`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``);
+each test gets its own schema, dropped afterwards.  When it is unreachable the test is skipped --
+except under ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from tests.support import PG_BASE_URL, BrokerProcess, InProcessBroker, free_port
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _pg_or_skip() -> None:
+    try:
+        engine = create_engine(PG_BASE_URL)
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+    except OperationalError as exc:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required in CI and unreachable: {exc}")
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema, as a URL whose search_path points at it."""
+    _pg_or_skip()
+    schema = f"halfmq_t_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{PG_BASE_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'broker.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Every store-touching test runs on both stores."""
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    url: str = request.getfixturevalue(name)
+    return url
+
+
+@pytest.fixture
+def migrated_url(store_url: str) -> str:
+    from broker_service.store import migrate
+
+    migrate.upgrade(store_url)
+    return store_url
+
+
+@pytest.fixture
+async def broker(migrated_url: str) -> AsyncIterator[InProcessBroker]:
+    """The real broker app in this process, over an httpx ASGI transport."""
+    async with InProcessBroker.start(database_url=migrated_url) as running:
+        yield running
+
+
+@pytest.fixture
+def broker_process(migrated_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """The real broker in its own process, over real HTTP on 127.0.0.1."""
+    process = BrokerProcess(migrated_url, free_port(), tmp_path / "broker.log")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()

@@ -1,0 +1,118 @@
+"""Helpers for tests: brokers in process and as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from asgi_lifespan import LifespanManager
+
+from broker_service.api.app import create_app
+from broker_service.settings import BrokerSettings
+
+PG_BASE_URL = os.environ.get("HALFMQ_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class InProcessBroker:
+    client: httpx.AsyncClient
+    settings: BrokerSettings
+
+    @classmethod
+    @asynccontextmanager
+    async def start(cls, **settings: Any) -> AsyncIterator[InProcessBroker]:
+        config = BrokerSettings(**settings)
+        app = create_app(config)
+        async with LifespanManager(app) as manager:
+            transport = httpx.ASGITransport(app=manager.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://broker") as client:
+                yield cls(client, config)
+
+    async def topic(self, name: str = "transfers", queues: int = 4) -> str:
+        response = await self.client.post("/v1/topics", json={"name": name, "queues": queues})
+        assert response.status_code in (200, 201), response.text
+        return name
+
+
+class BrokerProcess:
+    """``python -m broker_service broker serve`` on a free port; stopped by PID."""
+
+    def __init__(self, database_url: str, port: int, log_path: Path, *extra: str) -> None:
+        self.database_url = database_url
+        self.port = port
+        self.log_path = log_path
+        self.extra = extra
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "broker_service",
+                "broker",
+                "serve",
+                "--database-url",
+                self.database_url,
+                "--port",
+                str(self.port),
+                "--host",
+                "127.0.0.1",
+                *self.extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with {self.process.returncode}: {self.log_path.read_text()}"
+                )
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"broker not ready after {timeout}s: {self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
