@@ -1,0 +1,410 @@
+"""The transform: pure ``DataFrame -> DataFrame`` functions, one per anomaly kind.
+
+Inputs are the frames ``extract`` prepares (columns as in the broker's store, times epoch ms):
+
+* ``transactions``  transaction_id, msg_id, producer_group, topic, state, created_at, resolved_at,
+                    discarded_at
+* ``messages``      id, topic, msg_id, tags, keys, properties, transaction_id, origin_id, stored_at
+                    (messages with a transaction id, and dead-letter copies)
+* ``subscriptions`` consumer_group, topic, expression, created_at
+* ``acks``          consumer_group, msg_id (deliveries in state ACKED)
+* ``ledger``        bank, business_id, account_id, amount (>= 0), direction (DEBIT|CREDIT), created_at
+
+``transaction_view`` folds the messages of each transaction of the day into one row; the store's
+checks read that row, the ack checks pair it with subscriptions, the ledger checks read
+``ledger_view``.  Every check returns rows of ``ANOMALY_COLUMNS``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StringType
+
+from spark_reconcile.config import KeyMapping, Window
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TOPIC = "RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+
+CRITICAL = "critical"
+WARNING = "warning"
+
+STUCK = "stuck_half"
+DISCARDED = "discarded_half"
+COMMIT_WITHOUT_REAL = "commit_without_real"
+REAL_WITHOUT_COMMIT = "real_without_commit"
+ROLLBACK_WITH_REAL = "rollback_with_real"
+DUPLICATE_REAL = "duplicate_real"
+ACK_LAG = "ack_lag"
+DEAD_LETTERED = "dead_lettered"
+DEBIT_WITHOUT_CREDIT = "debit_without_credit"
+CREDIT_WITHOUT_DEBIT = "credit_without_debit"
+AMOUNT_MISMATCH = "amount_mismatch"
+CREDIT_FOR_ROLLED_BACK = "credit_for_rolled_back"
+DOUBLE_CREDIT = "double_credit"
+
+SEVERITY = {
+    STUCK: WARNING,
+    DISCARDED: WARNING,
+    COMMIT_WITHOUT_REAL: WARNING,
+    REAL_WITHOUT_COMMIT: WARNING,
+    ROLLBACK_WITH_REAL: CRITICAL,
+    DUPLICATE_REAL: CRITICAL,
+    ACK_LAG: WARNING,
+    DEAD_LETTERED: WARNING,
+    DEBIT_WITHOUT_CREDIT: WARNING,
+    CREDIT_WITHOUT_DEBIT: CRITICAL,
+    AMOUNT_MISMATCH: CRITICAL,
+    CREDIT_FOR_ROLLED_BACK: CRITICAL,
+    DOUBLE_CREDIT: CRITICAL,
+}
+KINDS = tuple(SEVERITY)
+
+ANOMALY_COLUMNS = (
+    "kind",
+    "severity",
+    "transaction_id",
+    "msg_id",
+    "keys",
+    "business_id",
+    "consumer_group",
+    "created_at",
+    "event_at",
+    "reason",
+)
+
+
+def anomaly(
+    df: DataFrame,
+    kind: str,
+    reason: Column,
+    *,
+    event_at: Column,
+    consumer_group: Column | None = None,
+) -> DataFrame:
+    """Shape ``df`` (which has transaction_id, msg_id, keys, business_id, created_at) as rows of
+    ``ANOMALY_COLUMNS`` of ``kind``."""
+    return df.select(
+        F.lit(kind).alias("kind"),
+        F.lit(SEVERITY[kind]).alias("severity"),
+        F.col("transaction_id").cast("string"),
+        F.col("msg_id").cast("string"),
+        F.col("keys").cast("string"),
+        F.col("business_id").cast("string"),
+        (consumer_group if consumer_group is not None else F.lit(None))
+        .cast("string")
+        .alias("consumer_group"),
+        F.col("created_at").cast("long"),
+        event_at.cast("long").alias("event_at"),
+        reason.cast("string").alias("reason"),
+    )
+
+
+# --- preparing the view -----------------------------------------------------------------------
+
+
+def business_id(keys: Column, mapping: KeyMapping) -> Column:
+    """The ledger's business id from a message's keys (a JSON array of strings)."""
+    parsed = F.from_json(keys, ArrayType(StringType()))
+    pattern = mapping.pattern
+    if pattern is None:
+        return F.get(parsed, mapping.index)
+    matching = F.filter(parsed, lambda k: k.rlike(pattern))
+    first = F.get(matching, 0)
+    if re.compile(pattern).groups:
+        return F.regexp_extract(first, pattern, 1)
+    return first
+
+
+def _is_real(topic: Column) -> Column:
+    system = topic.isin(HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC, SCHEDULE_TOPIC)
+    copies = topic.startswith(RETRY_PREFIX) | topic.startswith(DLQ_PREFIX)
+    return ~system & ~copies
+
+
+def real_messages(messages: DataFrame) -> DataFrame:
+    """The real messages of transactions: rows in the user's topic, and delayed ones still parked
+    in SCHEDULE_TOPIC_XXXX that no released row copies yet."""
+    tx = messages.where(F.col("transaction_id").isNotNull())
+    in_topic = tx.where(_is_real(F.col("topic")))
+    released = in_topic.where(F.col("origin_id").isNotNull()).select(F.col("origin_id").alias("id"))
+    parked = tx.where(F.col("topic") == SCHEDULE_TOPIC).join(released, "id", "left_anti")
+    return in_topic.unionByName(parked)
+
+
+def transaction_view(
+    transactions: DataFrame, messages: DataFrame, window: Window, mapping: KeyMapping
+) -> DataFrame:
+    """One row per transaction created in the window: its state, its half's keys and tags, how
+    many commit / rollback op records and real messages it has, and when."""
+    tx = messages.where(F.col("transaction_id").isNotNull())
+    decision = F.get_json_object("properties", "$.DECISION")
+    halves_ops = tx.where(F.col("topic").isin(HALF_TOPIC, OP_TOPIC)).select(
+        "transaction_id",
+        "id",
+        "keys",
+        "tags",
+        "stored_at",
+        F.when(F.col("topic") == HALF_TOPIC, "half").otherwise(decision).alias("role"),
+    )
+    reals = real_messages(messages).select(
+        "transaction_id", "id", "keys", "tags", "stored_at", F.lit("real").alias("role")
+    )
+    role = F.col("role")
+    folded = (
+        halves_ops.unionByName(reals)
+        .groupBy("transaction_id")
+        .agg(
+            F.min_by("keys", F.when(role == "half", F.col("id"))).alias("half_keys"),
+            F.min_by("tags", F.when(role == "half", F.col("id"))).alias("tags"),
+            F.count(F.when(role == "COMMIT", 1)).alias("commit_ops"),
+            F.count(F.when(role == "ROLLBACK", 1)).alias("rollback_ops"),
+            F.min(F.when(role.isin("COMMIT", "ROLLBACK"), F.col("stored_at"))).alias("op_at"),
+            F.count(F.when(role == "real", 1)).alias("real_count"),
+            F.min(F.when(role == "real", F.col("id"))).alias("real_id"),
+            F.min(F.when(role == "real", F.col("stored_at"))).alias("real_at"),
+            F.min_by("keys", F.when(role == "real", F.col("id"))).alias("real_keys"),
+        )
+    )
+    day = transactions.where(
+        (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
+    )
+    view = day.join(folded, "transaction_id", "left").fillna(
+        0, ["commit_ops", "rollback_ops", "real_count"]
+    )
+    keys = F.coalesce(F.col("half_keys"), F.col("real_keys"))
+    return view.withColumn("keys", keys).withColumn("business_id", business_id(keys, mapping))
+
+
+# --- the store: halves, ops and real messages -------------------------------------------------
+
+
+def _no_op() -> Column:
+    return (F.col("commit_ops") == 0) & (F.col("rollback_ops") == 0)
+
+
+def stuck_halves(view: DataFrame, *, as_of: int, older_than: int) -> DataFrame:
+    """A half with no op record, not parked as DISCARDED, older than the threshold."""
+    found = view.where(
+        _no_op() & (F.col("state") != "DISCARDED") & (F.col("created_at") < as_of - older_than)
+    )
+    reason = F.format_string(
+        "half in state %s has no op record after %d s (%d checks)",
+        F.col("state"),
+        ((F.lit(as_of) - F.col("created_at")) / 1000).cast("long"),
+        F.col("check_times"),
+    )
+    return anomaly(found, STUCK, reason, event_at=F.col("created_at"))
+
+
+def discarded_halves(view: DataFrame) -> DataFrame:
+    """A half parked as DISCARDED after transaction_check_max checks and still unresolved."""
+    found = view.where((F.col("state") == "DISCARDED") & _no_op())
+    reason = F.format_string(
+        "discarded after %d checks: the producer never answered", F.col("check_times")
+    )
+    return anomaly(found, DISCARDED, reason, event_at=F.col("discarded_at"))
+
+
+def commit_without_real(view: DataFrame) -> DataFrame:
+    """A commit op record whose real message is missing: consumers never saw the commit."""
+    found = view.where((F.col("commit_ops") > 0) & (F.col("real_count") == 0))
+    reason = F.lit("commit op record but no real message in the topic")
+    return anomaly(found, COMMIT_WITHOUT_REAL, reason, event_at=F.col("op_at"))
+
+
+def real_without_commit(view: DataFrame) -> DataFrame:
+    """A real message of a transaction that has no op record at all."""
+    found = view.where((F.col("real_count") > 0) & _no_op())
+    reason = F.format_string("real message in %s without a commit op record", F.col("topic"))
+    return anomaly(found, REAL_WITHOUT_COMMIT, reason, event_at=F.col("real_at"))
+
+
+def rollback_with_real(view: DataFrame) -> DataFrame:
+    """A rolled-back transaction whose message was delivered anyway."""
+    found = view.where((F.col("rollback_ops") > 0) & (F.col("real_count") > 0))
+    reason = F.format_string(
+        "rollback op record and %d real message(s) in %s", F.col("real_count"), F.col("topic")
+    )
+    return anomaly(found, ROLLBACK_WITH_REAL, reason, event_at=F.col("real_at"))
+
+
+def duplicate_reals(view: DataFrame) -> DataFrame:
+    """More than one real message for one transaction."""
+    found = view.where(F.col("real_count") > 1)
+    reason = F.format_string("%d real messages for one transaction", F.col("real_count"))
+    return anomaly(found, DUPLICATE_REAL, reason, event_at=F.col("real_at"))
+
+
+# --- consumers: acks and dead letters -----------------------------------------------------------
+
+
+def dead_letters(view: DataFrame, messages: DataFrame) -> DataFrame:
+    """Dead-letter copies of the day's real messages: consumer_group, msg_id and when, matched on
+    the msg id or on ``origin_id`` pointing at the real message."""
+    dlq = messages.where(F.col("topic").startswith(DLQ_PREFIX)).select(
+        F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group"),
+        F.col("msg_id").alias("dlq_msg_id"),
+        "origin_id",
+        F.col("stored_at").alias("dlq_at"),
+    )
+    real = view.where(F.col("real_count") > 0)
+    by_msg = real.join(dlq, real["msg_id"] == dlq["dlq_msg_id"])
+    by_origin = real.join(dlq, real["real_id"] == dlq["origin_id"])
+    return (
+        by_msg.unionByName(by_origin)
+        .groupBy("transaction_id", "msg_id", "keys", "business_id", "created_at", "consumer_group")
+        .agg(F.min("dlq_at").alias("dlq_at"))
+    )
+
+
+def dead_lettered(dead: DataFrame) -> DataFrame:
+    """A committed message a group gave up on (``dead_letters`` output)."""
+    reason = F.format_string("dead-lettered by group %s", F.col("consumer_group"))
+    return anomaly(
+        dead,
+        DEAD_LETTERED,
+        reason,
+        event_at=F.col("dlq_at"),
+        consumer_group=F.col("consumer_group"),
+    )
+
+
+def _subscribed(expression: Column, tags: Column) -> Column:
+    """RocketMQ's tag expression: ``*`` (or empty) takes all, else ``TagA || TagB``."""
+    every = expression.isNull() | (F.trim(expression) == "") | (F.trim(expression) == "*")
+    listed = F.exists(F.split(expression, r"\|\|"), lambda t: F.trim(t) == tags)
+    return every | F.coalesce(listed, F.lit(False))
+
+
+def ack_lag(
+    view: DataFrame,
+    subscriptions: DataFrame,
+    acks: DataFrame,
+    dead: DataFrame,
+    *,
+    as_of: int,
+    older_than: int,
+) -> DataFrame:
+    """A committed real message that a group subscribed at the time has not acked past the
+    threshold (dead-lettered pairs are reported as such, not here)."""
+    real = view.where((F.col("real_count") > 0) & (F.col("real_at") < as_of - older_than))
+    subs = subscriptions.select(
+        F.col("consumer_group"),
+        F.col("topic").alias("sub_topic"),
+        "expression",
+        F.col("created_at").alias("subscribed_at"),
+    )
+    expected = real.join(F.broadcast(subs), real["topic"] == subs["sub_topic"]).where(
+        (F.col("subscribed_at") <= F.col("real_at"))
+        & _subscribed(F.col("expression"), F.col("tags"))
+    )
+    acked = acks.select("consumer_group", "msg_id").distinct()
+    pending = expected.join(acked, ["consumer_group", "msg_id"], "left_anti").join(
+        dead.select("consumer_group", "msg_id"), ["consumer_group", "msg_id"], "left_anti"
+    )
+    reason = F.format_string(
+        "not acked by group %s %d s after commit",
+        F.col("consumer_group"),
+        ((F.lit(as_of) - F.col("real_at")) / 1000).cast("long"),
+    )
+    return anomaly(
+        pending, ACK_LAG, reason, event_at=F.col("real_at"), consumer_group=F.col("consumer_group")
+    )
+
+
+# --- ledgers -------------------------------------------------------------------------------
+
+
+def ledger_view(view: DataFrame, ledger: DataFrame, window: Window) -> DataFrame:
+    """One row per business id in scope: the debits and credits of the banks' ledgers, with the
+    transaction of the day it belongs to (if any) and whether that transaction was rolled back.
+
+    In scope: the business ids of the day's transactions, and those whose first ledger row was
+    written that day."""
+    debit = F.col("direction") == "DEBIT"
+    credit = F.col("direction") == "CREDIT"
+    books = ledger.groupBy("business_id").agg(
+        F.count(F.when(debit, 1)).alias("debit_count"),
+        F.sum(F.when(debit, F.col("amount"))).alias("debit_amount"),
+        F.min(F.when(debit, F.col("created_at"))).alias("debit_at"),
+        F.count(F.when(credit, 1)).alias("credit_count"),
+        F.min(F.when(credit, F.col("amount"))).alias("credit_min"),
+        F.max(F.when(credit, F.col("amount"))).alias("credit_max"),
+        F.min(F.when(credit, F.col("created_at"))).alias("credit_at"),
+        F.min("created_at").alias("first_at"),
+    )
+    rolled_back = (F.col("rollback_ops") > 0) | (F.col("state") == "ROLLED_BACK")
+    txs = view.where(F.col("business_id").isNotNull()).select(
+        "business_id",
+        "transaction_id",
+        "msg_id",
+        "keys",
+        F.col("created_at").alias("tx_created_at"),
+        rolled_back.alias("rolled_back"),
+    )
+    joined = books.join(txs, "business_id", "left")
+    in_day = (F.col("first_at") >= window.start) & (F.col("first_at") < window.end)
+    return (
+        joined.where(F.col("transaction_id").isNotNull() | in_day)
+        .withColumn("created_at", F.coalesce(F.col("tx_created_at"), F.col("first_at")))
+        .fillna(False, ["rolled_back"])
+    )
+
+
+def debit_without_credit(books: DataFrame, *, as_of: int, older_than: int) -> DataFrame:
+    """Money left one bank and never arrived at the other (past the threshold)."""
+    found = books.where(
+        (F.col("debit_count") > 0)
+        & (F.col("credit_count") == 0)
+        & (F.col("debit_at") < as_of - older_than)
+    )
+    reason = F.format_string(
+        "debit of %d without a credit%s",
+        F.col("debit_amount"),
+        F.when(F.col("rolled_back"), " (transfer rolled back)").otherwise(""),
+    )
+    return anomaly(found, DEBIT_WITHOUT_CREDIT, reason, event_at=F.col("debit_at"))
+
+
+def credit_without_debit(books: DataFrame) -> DataFrame:
+    """Money arrived that never left (rolled-back transfers are reported as such instead)."""
+    found = books.where(
+        (F.col("credit_count") > 0) & (F.col("debit_count") == 0) & ~F.col("rolled_back")
+    )
+    reason = F.format_string("credit of %d without a debit", F.col("credit_max"))
+    return anomaly(found, CREDIT_WITHOUT_DEBIT, reason, event_at=F.col("credit_at"))
+
+
+def amount_mismatch(books: DataFrame) -> DataFrame:
+    """A credit whose amount is not the amount debited."""
+    found = books.where(
+        (F.col("debit_count") > 0)
+        & (F.col("credit_count") > 0)
+        & (
+            (F.col("credit_min") != F.col("debit_amount"))
+            | (F.col("credit_max") != F.col("debit_amount"))
+        )
+    )
+    reason = F.format_string("debited %d, credited %d", F.col("debit_amount"), F.col("credit_max"))
+    return anomaly(found, AMOUNT_MISMATCH, reason, event_at=F.col("credit_at"))
+
+
+def credit_for_rolled_back(books: DataFrame) -> DataFrame:
+    """A credit for a transfer whose transaction was rolled back."""
+    found = books.where((F.col("credit_count") > 0) & F.col("rolled_back"))
+    reason = F.format_string("credit of %d for a rolled-back transfer", F.col("credit_max"))
+    return anomaly(found, CREDIT_FOR_ROLLED_BACK, reason, event_at=F.col("credit_at"))
+
+
+def double_credit(books: DataFrame) -> DataFrame:
+    """The same transfer credited more than once: the consumer was not idempotent."""
+    found = books.where(F.col("credit_count") > 1)
+    reason = F.format_string("credited %d times", F.col("credit_count"))
+    return anomaly(found, DOUBLE_CREDIT, reason, event_at=F.col("credit_at"))

@@ -1,0 +1,122 @@
+"""Value objects that configure one reconciliation run; no I/O, no pyspark."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+
+
+def day_start_ms(day: dt.date) -> int:
+    """Epoch milliseconds of ``day`` 00:00 UTC."""
+    midnight = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+    return int(midnight.timestamp() * 1000)
+
+
+def now_ms() -> int:
+    return int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """What one run looks at, in epoch ms.
+
+    Transactions created in ``[start, end)`` are judged; events (op records, real messages, acks,
+    ledger rows) are read up to ``horizon`` = ``end`` + the look-back, so a transaction created at
+    23:59 and resolved at 00:10 is seen as resolved; ages are measured at ``as_of``.
+    """
+
+    start: int
+    end: int
+    horizon: int
+    as_of: int
+
+    @classmethod
+    def for_day(
+        cls, day: dt.date, *, look_back_ms: int = DAY_MS, as_of: int | None = None
+    ) -> Window:
+        start = day_start_ms(day)
+        end = start + DAY_MS
+        horizon = end + look_back_ms
+        seen_at = min(now_ms(), horizon) if as_of is None else as_of
+        return cls(start=start, end=end, horizon=min(horizon, max(seen_at, end)), as_of=seen_at)
+
+    @property
+    def read_from(self) -> int:
+        """Events are read from here: one day before ``start`` catches a debit written just
+        before its half was stored, and the counterpart of an early ledger row."""
+        return self.start - DAY_MS
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """How old something must be before its absence is an anomaly (ms)."""
+
+    stuck_ms: int = HOUR_MS
+    ack_lag_ms: int = HOUR_MS
+    credit_lag_ms: int = HOUR_MS
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyMapping:
+    """From a message's keys (JSON array) to the ledger's business id.
+
+    The key at ``index`` (0: the first) is taken; with ``pattern``, the first key matching the
+    regular expression is taken instead, reduced to its first group when it has one.
+    """
+
+    index: int = 0
+    pattern: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerSource:
+    """One bank's ledger table and how its columns map onto (business id, account, amount,
+    direction, created time).  ``direction_column`` None means the sign of ``amount`` says it
+    (negative: debit)."""
+
+    name: str
+    url: str
+    table: str = "transfers"
+    business_id_column: str = "transfer_id"
+    account_column: str = "account_id"
+    amount_column: str = "amount"
+    direction_column: str | None = "direction"
+    debit_value: str = "DEBIT"
+    credit_value: str = "CREDIT"
+    created_at_column: str = "created_at"
+
+    def with_url(self, name: str, url: str) -> LedgerSource:
+        return dataclasses.replace(self, name=name, url=url)
+
+
+DEFAULT_LEDGER = LedgerSource(name="", url="")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileConfig:
+    """Everything one run needs: a store URL (SQLAlchemy or ``jdbc:``) or a Parquet export."""
+
+    day: dt.date
+    out: str
+    store_url: str | None = None
+    parquet: str | None = None
+    ledgers: tuple[LedgerSource, ...] = ()
+    key_mapping: KeyMapping = KeyMapping()
+    thresholds: Thresholds = Thresholds()
+    look_back_ms: int = DAY_MS
+    as_of: int | None = None
+    master: str = "local[*]"
+    jdbc_partitions: int = 8
+    shuffle_partitions: int = 16
+    jars: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.store_url is None) == (self.parquet is None):
+            raise ValueError("give exactly one input: a store URL or a Parquet export")
+
+    @property
+    def window(self) -> Window:
+        return Window.for_day(self.day, look_back_ms=self.look_back_ms, as_of=self.as_of)

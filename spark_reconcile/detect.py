@@ -1,0 +1,52 @@
+"""All the checks of one run, as one DataFrame of anomalies (the transform, still pure)."""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import DataFrame
+
+from spark_reconcile import anomalies as A
+from spark_reconcile.config import KeyMapping, Thresholds, Window
+
+
+def detect(
+    *,
+    transactions: DataFrame,
+    messages: DataFrame,
+    subscriptions: DataFrame,
+    acks: DataFrame,
+    ledger: DataFrame | None,
+    window: Window,
+    mapping: KeyMapping,
+    thresholds: Thresholds,
+) -> DataFrame:
+    view = A.transaction_view(transactions, messages, window, mapping)
+    dead = A.dead_letters(view, messages)
+    found = [
+        A.stuck_halves(view, as_of=window.as_of, older_than=thresholds.stuck_ms),
+        A.discarded_halves(view),
+        A.commit_without_real(view),
+        A.real_without_commit(view),
+        A.rollback_with_real(view),
+        A.duplicate_reals(view),
+        A.ack_lag(
+            view,
+            subscriptions,
+            acks,
+            dead,
+            as_of=window.as_of,
+            older_than=thresholds.ack_lag_ms,
+        ),
+        A.dead_lettered(dead),
+    ]
+    if ledger is not None:
+        books = A.ledger_view(view, ledger, window)
+        found += [
+            A.debit_without_credit(books, as_of=window.as_of, older_than=thresholds.credit_lag_ms),
+            A.credit_without_debit(books),
+            A.amount_mismatch(books),
+            A.credit_for_rolled_back(books),
+            A.double_credit(books),
+        ]
+    return reduce(DataFrame.unionByName, found)

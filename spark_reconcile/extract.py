@@ -1,0 +1,272 @@
+"""The extract: the broker's store (over JDBC, or its Parquet export) and the banks' ledgers
+(over JDBC) read into the frames ``anomalies`` expects, with the run's window pushed down into the
+databases' queries and big tables read in partitions."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_reconcile.anomalies import DLQ_PREFIX
+from spark_reconcile.config import DAY_MS, LedgerSource, Window
+from spark_reconcile.jdbc import JdbcTarget, to_jdbc
+
+TX_STATES = ("PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED")
+FETCH_SIZE = "10000"
+
+TRANSACTION_COLUMNS = {
+    "transaction_id": "string",
+    "msg_id": "string",
+    "producer_group": "string",
+    "topic": "string",
+    "state": "string",
+    "check_times": "int",
+    "created_at": "long",
+    "resolved_at": "long",
+    "discarded_at": "long",
+}
+MESSAGE_COLUMNS = {
+    "id": "long",
+    "topic": "string",
+    "msg_id": "string",
+    "tags": "string",
+    "keys": "string",
+    "properties": "string",
+    "transaction_id": "string",
+    "origin_id": "long",
+    "stored_at": "long",
+}
+SUBSCRIPTION_COLUMNS = {
+    "consumer_group": "string",
+    "topic": "string",
+    "expression": "string",
+    "created_at": "long",
+}
+ACK_COLUMNS = {"consumer_group": "string", "msg_id": "string"}
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreFrames:
+    transactions: DataFrame
+    messages: DataFrame
+    subscriptions: DataFrame
+    acks: DataFrame
+
+
+def _typed(df: DataFrame, columns: dict[str, str]) -> DataFrame:
+    return df.select(*(F.col(name).cast(kind).alias(name) for name, kind in columns.items()))
+
+
+def _quoted(columns: Sequence[str]) -> str:
+    return ", ".join(f'"{c}"' for c in columns)
+
+
+# --- JDBC ------------------------------------------------------------------------------------
+
+
+class JdbcReader:
+    """Spark's JDBC reader bound to one database."""
+
+    def __init__(self, spark: SparkSession, target: JdbcTarget, partitions: int) -> None:
+        self.spark = spark
+        self.target = target
+        self.partitions = partitions
+
+    def _options(self) -> dict[str, str]:
+        return {
+            "url": self.target.url,
+            "driver": self.target.driver.java_class,
+            "fetchsize": FETCH_SIZE,
+            **self.target.properties,
+        }
+
+    def query(self, sql: str) -> DataFrame:
+        return self.spark.read.format("jdbc").options(**self._options(), query=sql).load()
+
+    def bounds(self, table: str, column: str, where: str = "1 = 1") -> tuple[int, int] | None:
+        row = self.query(
+            f'SELECT min("{column}") AS lo, max("{column}") AS hi FROM {table} WHERE {where}'
+        ).first()
+        if row is None or row["lo"] is None:
+            return None
+        return int(row["lo"]), int(row["hi"])
+
+    def partitioned(self, sql: str, column: str, bounds: tuple[int, int] | None) -> DataFrame:
+        """``sql`` read in ``partitions`` ranges of the numeric ``column`` (which it selects)."""
+        if bounds is None:
+            return self.query(sql)
+        lo, hi = bounds
+        return (
+            self.spark.read.format("jdbc")
+            .options(
+                **self._options(),
+                dbtable=f"({sql}) AS q",
+                partitionColumn=column,
+                lowerBound=str(lo),
+                upperBound=str(hi + 1),
+                numPartitions=str(max(1, min(self.partitions, hi - lo + 1))),
+            )
+            .load()
+        )
+
+    def by_predicates(self, sql: str, predicates: list[str]) -> DataFrame:
+        return self.spark.read.jdbc(
+            self.target.url,
+            f"({sql}) AS q",
+            predicates=predicates,
+            properties=self._options(),
+        )
+
+
+def store_from_jdbc(
+    spark: SparkSession, store_url: str, window: Window, partitions: int
+) -> StoreFrames:
+    reader = JdbcReader(spark, to_jdbc(store_url), partitions)
+    return StoreFrames(
+        transactions=_typed(_jdbc_transactions(reader, window), TRANSACTION_COLUMNS),
+        messages=_typed(_jdbc_messages(reader, window), MESSAGE_COLUMNS),
+        subscriptions=_typed(
+            reader.query(f"SELECT {_quoted(list(SUBSCRIPTION_COLUMNS))} FROM subscriptions"),
+            SUBSCRIPTION_COLUMNS,
+        ),
+        acks=_typed(_jdbc_acks(reader, window), ACK_COLUMNS),
+    )
+
+
+def _jdbc_transactions(reader: JdbcReader, window: Window) -> DataFrame:
+    """Partitioned by state and slices of the day, so each part is a range of the
+    ``(state, created_at)`` index."""
+    sql = (
+        f"SELECT {_quoted(list(TRANSACTION_COLUMNS))} FROM transactions "
+        f"WHERE created_at >= {window.start} AND created_at < {window.end}"
+    )
+    slices = max(1, reader.partitions // 2)
+    step = -(-(window.end - window.start) // slices)
+    edges = [window.start + i * step for i in range(slices)] + [window.end]
+    predicates = [
+        f"state = '{state}' AND created_at >= {lo} AND created_at < {hi}"
+        for state in TX_STATES
+        for lo, hi in itertools.pairwise(edges)
+    ]
+    others = ", ".join(f"'{s}'" for s in TX_STATES)
+    predicates.append(f"state NOT IN ({others})")
+    return reader.by_predicates(sql, predicates)
+
+
+def _jdbc_messages(reader: JdbcReader, window: Window) -> DataFrame:
+    where = (
+        f"stored_at >= {window.read_from} AND stored_at < {window.horizon} "
+        f"AND (transaction_id IS NOT NULL OR substr(topic, 1, {len(DLQ_PREFIX)}) = '{DLQ_PREFIX}')"
+    )
+    sql = f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages WHERE {where}"
+    return reader.partitioned(sql, "id", reader.bounds("messages", "id", where))
+
+
+def _jdbc_acks(reader: JdbcReader, window: Window) -> DataFrame:
+    """Partitioned by id ranges (the primary key) over the whole table's id span."""
+    sql = (
+        'SELECT "id", "consumer_group", "msg_id" FROM deliveries '
+        f"WHERE state = 'ACKED' AND delivered_at >= {window.read_from} "
+        f"AND delivered_at < {window.horizon}"
+    )
+    return reader.partitioned(sql, "id", reader.bounds("deliveries", "id"))
+
+
+# --- Parquet export ----------------------------------------------------------------------------
+
+
+def _dates(start: int, end: int) -> tuple[dt.date, dt.date]:
+    first = dt.datetime.fromtimestamp(max(start, 0) / 1000, dt.UTC).date()
+    last = dt.datetime.fromtimestamp((end - 1) / 1000, dt.UTC).date()
+    return first, last
+
+
+def _export_table(spark: SparkSession, root: str, table: str, start: int, end: int) -> DataFrame:
+    """The date partitions of an exported table that overlap ``[start, end)``."""
+    first, last = _dates(start, end)
+    path = f"{root.rstrip('/')}/{table}"
+    df = spark.read.parquet(path)
+    return df.where(F.col("date").between(F.lit(first), F.lit(last)))
+
+
+def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreFrames:
+    """Reads ``halfmq export`` output: ``<root>/<table>/date=YYYY-MM-DD/*.parquet``."""
+    tx = _export_table(spark, root, "transactions", window.start, window.end).where(
+        (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
+    )
+    messages = _export_table(spark, root, "messages", window.read_from, window.horizon).where(
+        (F.col("stored_at") >= window.read_from)
+        & (F.col("stored_at") < window.horizon)
+        & (F.col("transaction_id").isNotNull() | F.col("topic").startswith(DLQ_PREFIX))
+    )
+    deliveries = _export_table(spark, root, "deliveries", window.read_from, window.horizon).where(
+        (F.col("state") == "ACKED")
+        & (F.col("delivered_at") >= window.read_from)
+        & (F.col("delivered_at") < window.horizon)
+    )
+    subs = (
+        _export_table(spark, root, "subscriptions", 0, window.horizon + DAY_MS)
+        .groupBy("consumer_group", "topic")
+        .agg(
+            F.max_by("expression", "date").alias("expression"),
+            F.min("created_at").alias("created_at"),
+        )
+    )
+    return StoreFrames(
+        transactions=_typed(tx, TRANSACTION_COLUMNS),
+        messages=_typed(messages, MESSAGE_COLUMNS),
+        subscriptions=_typed(subs, SUBSCRIPTION_COLUMNS),
+        acks=_typed(deliveries, ACK_COLUMNS),
+    )
+
+
+# --- ledgers -----------------------------------------------------------------------------------
+
+
+def read_ledger(
+    spark: SparkSession, source: LedgerSource, window: Window, partitions: int
+) -> DataFrame:
+    """One bank's ledger rows of the window as bank, business_id, account_id, amount (>= 0),
+    direction (DEBIT | CREDIT), created_at."""
+    reader = JdbcReader(spark, to_jdbc(source.url), partitions)
+    created = f'"{source.created_at_column}"'
+    direction = f'"{source.direction_column}"' if source.direction_column else "NULL"
+    sql = (
+        f'SELECT "{source.business_id_column}" AS business_id, '
+        f'"{source.account_column}" AS account_id, "{source.amount_column}" AS amount, '
+        f'{direction} AS direction, {created} AS created_at FROM "{source.table}" '
+        f"WHERE {created} >= {window.read_from} AND {created} < {window.horizon}"
+    )
+    raw = reader.partitioned(sql, "created_at", (window.read_from, window.horizon))
+    amount = F.col("amount").cast("long")
+    if source.direction_column:
+        side = F.when(F.col("direction") == source.debit_value, "DEBIT").when(
+            F.col("direction") == source.credit_value, "CREDIT"
+        )
+    else:
+        side = F.when(amount < 0, "DEBIT").otherwise("CREDIT")
+    return raw.select(
+        F.lit(source.name).alias("bank"),
+        F.col("business_id").cast("string"),
+        F.col("account_id").cast("string"),
+        F.abs(amount).alias("amount"),
+        side.alias("direction"),
+        F.col("created_at").cast("long"),
+    )
+
+
+def read_ledgers(
+    spark: SparkSession, sources: Sequence[LedgerSource], window: Window, partitions: int
+) -> DataFrame | None:
+    frames = [read_ledger(spark, s, window, partitions) for s in sources]
+    if not frames:
+        return None
+    ledger = frames[0]
+    for frame in frames[1:]:
+        ledger = ledger.unionByName(frame)
+    return ledger

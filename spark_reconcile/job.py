@@ -1,0 +1,79 @@
+"""One reconciliation run: extract, detect, load, report."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import SparkSession
+from sqlalchemy.engine import make_url
+
+from spark_reconcile import extract, load
+from spark_reconcile.config import ReconcileConfig
+from spark_reconcile.detect import detect
+from spark_reconcile.jdbc import driver_for, find_jars
+from spark_reconcile.report import Summary, write_report
+from spark_reconcile.session import build_session
+
+SAMPLES_PER_KIND = 20
+TREND_DAYS = 30
+
+
+def session_for(config: ReconcileConfig, driver_memory: str | None = "4g") -> SparkSession:
+    urls = [s.url for s in config.ledgers]
+    if config.store_url is not None:
+        urls.append(config.store_url)
+    jars = find_jars([driver_for(u) for u in urls], config.jars)
+    return build_session(
+        master=config.master,
+        jars=jars,
+        shuffle_partitions=config.shuffle_partitions,
+        driver_memory=driver_memory,
+    )
+
+
+def _source(config: ReconcileConfig) -> str:
+    if config.parquet is not None:
+        return f"parquet:{config.parquet}"
+    url = config.store_url or ""
+    return url if url.startswith("jdbc:") else make_url(url).render_as_string(hide_password=True)
+
+
+def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = None) -> Summary:
+    window = config.window
+    if config.store_url is not None:
+        store = extract.store_from_jdbc(spark, config.store_url, window, config.jdbc_partitions)
+    else:
+        assert config.parquet is not None
+        store = extract.store_from_parquet(spark, config.parquet, window)
+    ledger = extract.read_ledgers(spark, config.ledgers, window, config.jdbc_partitions)
+    found = detect(
+        transactions=store.transactions,
+        messages=store.messages,
+        subscriptions=store.subscriptions,
+        acks=store.acks,
+        ledger=ledger,
+        window=window,
+        mapping=config.key_mapping,
+        thresholds=config.thresholds,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = load.count_by_kind(found)
+        load.write_anomalies(found, config.out, config.day)
+        picked = load.samples(found, SAMPLES_PER_KIND)
+    finally:
+        found.unpersist()
+    load.write_counts(spark, counts, config.out, config.day)
+    summary = Summary(
+        day=config.day,
+        source=_source(config),
+        window=dataclasses.asdict(window),
+        counts=counts,
+        samples=picked,
+        trend=load.read_trend(spark, config.out, config.day, TREND_DAYS),
+        ledgers=tuple(s.name for s in config.ledgers),
+    )
+    directory = report_dir or Path(config.out) / "report" / f"date={config.day.isoformat()}"
+    write_report(summary, directory)
+    return summary

@@ -1,0 +1,66 @@
+"""The load: the day's anomalies as partitioned Parquet (``<out>/anomalies/date=D/kind=K``), the
+day's counts (``<out>/summary/date=D``) and the trend read back from earlier days.  A rerun of a
+day replaces that day's partitions and nothing else."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from spark_reconcile.anomalies import KINDS, SEVERITY
+
+COUNT_SCHEMA = StructType(
+    [
+        StructField("kind", StringType(), False),
+        StructField("severity", StringType(), False),
+        StructField("count", LongType(), False),
+    ]
+)
+
+
+def day_path(out: str, name: str, day: dt.date) -> str:
+    return f"{out.rstrip('/')}/{name}/date={day.isoformat()}"
+
+
+def write_anomalies(found: DataFrame, out: str, day: dt.date) -> None:
+    found.write.mode("overwrite").partitionBy("kind").parquet(day_path(out, "anomalies", day))
+
+
+def count_by_kind(found: DataFrame) -> dict[str, int]:
+    counted = {row["kind"]: int(row["count"]) for row in found.groupBy("kind").count().collect()}
+    return {kind: counted.get(kind, 0) for kind in KINDS}
+
+
+def samples(found: DataFrame, per_kind: int) -> dict[str, list[dict[str, Any]]]:
+    order = Window.partitionBy("kind").orderBy("created_at", "transaction_id", "consumer_group")
+    rows = found.withColumn("n", F.row_number().over(order)).where(F.col("n") <= per_kind)
+    picked: dict[str, list[dict[str, Any]]] = {}
+    for row in rows.drop("n").collect():
+        picked.setdefault(row["kind"], []).append(row.asDict())
+    return picked
+
+
+def write_counts(spark: SparkSession, counts: dict[str, int], out: str, day: dt.date) -> None:
+    rows = [(kind, SEVERITY[kind], counts.get(kind, 0)) for kind in KINDS]
+    frame = spark.createDataFrame(rows, COUNT_SCHEMA).coalesce(1)
+    frame.write.mode("overwrite").parquet(day_path(out, "summary", day))
+
+
+def read_trend(
+    spark: SparkSession, out: str, day: dt.date, days: int
+) -> list[tuple[dt.date, dict[str, int]]]:
+    """Counts per kind of the ``days`` days up to ``day`` that have a summary, oldest first."""
+    first = day - dt.timedelta(days=days - 1)
+    rows = (
+        spark.read.parquet(f"{out.rstrip('/')}/summary")
+        .where(F.col("date").between(F.lit(first), F.lit(day)))
+        .collect()
+    )
+    trend: dict[dt.date, dict[str, int]] = {}
+    for row in rows:
+        trend.setdefault(row["date"], {})[row["kind"]] = int(row["count"])
+    return sorted(trend.items())

@@ -1,0 +1,76 @@
+"""Fixtures of the reconciliation tests: one local[2] SparkSession for the whole session, builders
+of tiny input frames, and an isolated PostgreSQL schema (skipped locally when PostgreSQL or
+pyspark is missing, failed when CI=true)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+PG_URL = os.environ.get("HALFMQ_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def unavailable(reason: str) -> None:
+    """Skip on a developer's machine, fail in CI: CI must run every test."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: not skipping)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        unavailable('pyspark is not installed: pip install -e ".[spark]"')
+    from spark_reconcile.jdbc import DRIVERS, find_jars
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("halfmq-reconcile-tests")
+        .config("spark.jars", ",".join(find_jars(DRIVERS.values())))
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def frame(spark: Any) -> Callable[[str, list[tuple[Any, ...]]], Any]:
+    """``frame(ddl, rows)``: a tiny DataFrame built in the test."""
+
+    def build(ddl: str, rows: list[tuple[Any, ...]]) -> Any:
+        return spark.createDataFrame(rows, ddl)
+
+    return build
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """A fresh schema in the test database: (SQLAlchemy URL bound to it, schema name)."""
+    import sqlalchemy as sa
+
+    name = f"recon_{secrets.token_hex(4)}"
+    admin = sa.create_engine(PG_URL)
+    try:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"CREATE SCHEMA {name}"))
+    except sa.exc.OperationalError as exc:
+        admin.dispose()
+        unavailable(f"PostgreSQL is not reachable at {PG_URL}: {exc.orig}")
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{name}", name
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
+        admin.dispose()

@@ -1,0 +1,321 @@
+"""Each anomaly kind on tiny frames built here: what it finds, and the near misses it leaves."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("pyspark")
+
+from reconcile_helpers import (
+    ACK_DDL,
+    LEDGER_DDL,
+    MESSAGE_DDL,
+    SUBSCRIPTION_DDL,
+    TRANSACTION_DDL,
+    keys,
+    op_properties,
+)
+
+from spark_reconcile import anomalies as A
+from spark_reconcile.config import HOUR_MS, KeyMapping, Window
+
+pytestmark = pytest.mark.spark
+
+WINDOW = Window.for_day(dt.date(2026, 11, 20), as_of=0)
+START = WINDOW.start
+AS_OF = WINDOW.end + 2 * HOUR_MS
+WINDOW = Window(WINDOW.start, WINDOW.end, AS_OF, AS_OF)
+T = START + HOUR_MS  # when the ordinary transactions of these tests start
+
+
+class Store:
+    """Rows of a tiny store, numbered like the broker numbers them."""
+
+    def __init__(self) -> None:
+        self.transactions: list[tuple[Any, ...]] = []
+        self.messages: list[tuple[Any, ...]] = []
+        self.next_id = 1
+
+    def _message(self, topic: str, tx: str | None, at: int, **extra: Any) -> int:
+        msg_id = extra.get("msg_id", f"m-{tx}")
+        row = (
+            self.next_id,
+            topic,
+            msg_id,
+            extra.get("tags", "TagA"),
+            extra.get("keys", keys(f"biz-{tx}")),
+            extra.get("properties"),
+            tx,
+            extra.get("origin_id"),
+            at,
+        )
+        self.messages.append(row)
+        self.next_id += 1
+        return row[0]
+
+    def tx(self, tx: str, state: str, *, at: int = T, checks: int = 0) -> int:
+        discarded = at + HOUR_MS if state == "DISCARDED" else None
+        self.transactions.append(
+            (tx, f"m-{tx}", "pg", "transfer", state, checks, at, None, discarded)
+        )
+        return self._message(A.HALF_TOPIC, tx, at)
+
+    def op(self, tx: str, decision: str, *, at: int = T + 1000) -> int:
+        return self._message(A.OP_TOPIC, tx, at, properties=op_properties(decision), tags="d")
+
+    def real(self, tx: str, *, at: int = T + 1000, topic: str = "transfer", **extra: Any) -> int:
+        return self._message(topic, tx, at, **extra)
+
+    def committed(self, tx: str, *, at: int = T) -> int:
+        self.tx(tx, "COMMITTED", at=at)
+        self.op(tx, "COMMIT", at=at + 1000)
+        return self.real(tx, at=at + 1000)
+
+    def view(self, frame: Any, mapping: KeyMapping | None = None) -> Any:
+        return A.transaction_view(
+            frame(TRANSACTION_DDL, self.transactions),
+            frame(MESSAGE_DDL, self.messages),
+            WINDOW,
+            mapping or KeyMapping(),
+        )
+
+    def frame(self, frame: Any) -> Any:
+        return frame(MESSAGE_DDL, self.messages)
+
+
+def found(df: Any, column: str = "transaction_id") -> set[Any]:
+    return {row[column] for row in df.collect()}
+
+
+def test_view_folds_the_messages_of_each_transaction_of_the_day(frame: Any) -> None:
+    s = Store()
+    s.committed("ok")
+    s.tx("before", "COMMITTED", at=START - 1)
+    s.tx("after", "COMMITTED", at=WINDOW.end)
+    rows = {r["transaction_id"]: r for r in s.view(frame).collect()}
+    assert set(rows) == {"ok"}
+    ok = rows["ok"]
+    assert (ok["commit_ops"], ok["rollback_ops"], ok["real_count"]) == (1, 0, 1)
+    assert ok["keys"] == keys("biz-ok")
+    assert ok["business_id"] == "biz-ok"
+    assert ok["tags"] == "TagA"
+
+
+def test_business_id_by_index_and_by_pattern(frame: Any) -> None:
+    s = Store()
+    s.tx("t", "PREPARED")
+    s.messages[0] = (*s.messages[0][:4], keys("order:7", "transfer:42"), *s.messages[0][5:])
+    assert found(s.view(frame, KeyMapping(index=1)), "business_id") == {"transfer:42"}
+    pattern = KeyMapping(pattern=r"^transfer:(\d+)$")
+    assert found(s.view(frame, pattern), "business_id") == {"42"}
+    assert found(s.view(frame, KeyMapping(pattern="^order:")), "business_id") == {"order:7"}
+
+
+def test_stuck_is_an_old_half_without_op_and_not_discarded(frame: Any) -> None:
+    s = Store()
+    s.tx("stuck", "PREPARED", checks=3)
+    s.tx("young", "PREPARED", at=WINDOW.end - 1)  # old enough? as_of - 1h < created: no
+    s.tx("parked", "DISCARDED")
+    s.committed("done")
+    s.tx("rolled", "ROLLED_BACK")
+    s.op("rolled", "ROLLBACK")
+    view = s.view(frame)
+    stuck = A.stuck_halves(view, as_of=AS_OF, older_than=3 * HOUR_MS)
+    assert found(stuck) == {"stuck"}
+    row = stuck.collect()[0]
+    assert row["kind"] == A.STUCK
+    assert row["severity"] == A.WARNING
+    assert "3 checks" in row["reason"]
+    assert found(A.stuck_halves(view, as_of=AS_OF, older_than=HOUR_MS)) == {"stuck", "young"}
+
+
+def test_discarded_is_a_parked_half_still_without_op(frame: Any) -> None:
+    s = Store()
+    s.tx("parked", "DISCARDED", checks=15)
+    s.tx("resolved_later", "DISCARDED")
+    s.op("resolved_later", "ROLLBACK")
+    s.tx("stuck", "PREPARED")
+    assert found(A.discarded_halves(s.view(frame))) == {"parked"}
+
+
+def test_commit_without_real(frame: Any) -> None:
+    s = Store()
+    s.tx("lost", "COMMITTED")
+    s.op("lost", "COMMIT")
+    s.committed("ok")
+    assert found(A.commit_without_real(s.view(frame))) == {"lost"}
+
+
+def test_real_without_commit(frame: Any) -> None:
+    s = Store()
+    s.tx("orphan", "PREPARED")
+    s.real("orphan")
+    s.committed("ok")
+    s.tx("rolled", "ROLLED_BACK")
+    s.op("rolled", "ROLLBACK")
+    s.real("rolled")
+    assert found(A.real_without_commit(s.view(frame))) == {"orphan"}
+
+
+def test_rollback_with_real_is_critical(frame: Any) -> None:
+    s = Store()
+    s.tx("bad", "ROLLED_BACK")
+    s.op("bad", "ROLLBACK")
+    s.real("bad")
+    s.tx("fine", "ROLLED_BACK")
+    s.op("fine", "ROLLBACK")
+    rows = A.rollback_with_real(s.view(frame)).collect()
+    assert [(r["transaction_id"], r["severity"]) for r in rows] == [("bad", A.CRITICAL)]
+
+
+def test_duplicate_reals_is_critical(frame: Any) -> None:
+    s = Store()
+    s.committed("twice")
+    s.real("twice", at=T + 5000)
+    s.committed("once")
+    rows = A.duplicate_reals(s.view(frame)).collect()
+    assert [(r["transaction_id"], r["severity"]) for r in rows] == [("twice", A.CRITICAL)]
+    assert rows[0]["reason"].startswith("2 real messages")
+
+
+def test_delayed_real_message_counts_once_parked_or_released(frame: Any) -> None:
+    s = Store()
+    s.tx("parked", "COMMITTED")
+    s.op("parked", "COMMIT")
+    s.real("parked", topic=A.SCHEDULE_TOPIC)
+    s.tx("released", "COMMITTED")
+    s.op("released", "COMMIT")
+    scheduled = s.real("released", topic=A.SCHEDULE_TOPIC)
+    s.real("released", origin_id=scheduled)
+    s.real("released", topic="%RETRY%g1")
+    view = s.view(frame)
+    assert {r["transaction_id"]: r["real_count"] for r in view.collect()} == {
+        "parked": 1,
+        "released": 1,
+    }
+    assert found(A.commit_without_real(view)) == set()
+    assert found(A.duplicate_reals(view)) == set()
+
+
+def _consumers(frame: Any, subs: list[tuple[Any, ...]], acks: list[tuple[str, str]]) -> Any:
+    return frame(SUBSCRIPTION_DDL, subs), frame(ACK_DDL, acks)
+
+
+def test_ack_lag_per_subscribed_group(frame: Any) -> None:
+    s = Store()
+    for tx in ("acked", "lagging", "dead"):
+        s.committed(tx)
+    s.tx("young", "COMMITTED", at=WINDOW.end - 60_000)  # resolved late, 10 minutes ago
+    s.op("young", "COMMIT", at=AS_OF - 600_000)
+    s.real("young", at=AS_OF - 600_000)
+    s._message("%DLQ%g1", None, T + 9000, msg_id="m-dead")
+    subs, acks = _consumers(
+        frame,
+        [
+            ("g1", "transfer", "*", 0),
+            ("tag_b_only", "transfer", "TagB || TagC", 0),
+            ("tag_a", "transfer", "TagC||TagA", 0),
+            ("late_joiner", "transfer", "*", AS_OF),
+            ("other_topic", "orders", "*", 0),
+        ],
+        [("g1", "m-acked"), ("tag_a", "m-acked"), ("tag_a", "m-lagging")],
+    )
+    view = s.view(frame)
+    dead = A.dead_letters(view, s.frame(frame))
+    lag = A.ack_lag(view, subs, acks, dead, as_of=AS_OF, older_than=HOUR_MS)
+    pairs = {(r["transaction_id"], r["consumer_group"]) for r in lag.collect()}
+    assert pairs == {("lagging", "g1"), ("dead", "tag_a")}
+
+
+def test_dead_lettered_by_msg_id_or_origin(frame: Any) -> None:
+    s = Store()
+    s.committed("by_msg")
+    real_id = s.committed("by_origin")
+    s.committed("fine")
+    s._message("%DLQ%g1", None, T + 9000, msg_id="m-by_msg")
+    s._message("%DLQ%g2", None, T + 9000, msg_id="copy-1", origin_id=real_id)
+    s._message("%RETRY%g1", None, T + 9000, msg_id="m-fine")
+    view = s.view(frame)
+    dead = A.dead_lettered(A.dead_letters(view, s.frame(frame)))
+    assert {(r["transaction_id"], r["consumer_group"]) for r in dead.collect()} == {
+        ("by_msg", "g1"),
+        ("by_origin", "g2"),
+    }
+
+
+def _books(frame: Any, s: Store, ledger: list[tuple[Any, ...]]) -> Any:
+    return A.ledger_view(s.view(frame), frame(LEDGER_DDL, ledger), WINDOW)
+
+
+def debit(tx: str, amount: int = 100, at: int = T) -> tuple[Any, ...]:
+    return ("bob", f"biz-{tx}", "bob-1", amount, "DEBIT", at)
+
+
+def credit(tx: str, amount: int = 100, at: int = T + 5000) -> tuple[Any, ...]:
+    return ("smith", f"biz-{tx}", "smith-1", amount, "CREDIT", at)
+
+
+def test_debit_without_credit_past_threshold(frame: Any) -> None:
+    s = Store()
+    for tx in ("paid", "unpaid", "recent"):
+        s.committed(tx)
+    ledger = [debit("paid"), credit("paid"), debit("unpaid"), debit("recent", at=AS_OF - 60_000)]
+    books = _books(frame, s, ledger)
+    got = A.debit_without_credit(books, as_of=AS_OF, older_than=HOUR_MS)
+    assert found(got) == {"unpaid"}
+    assert found(got, "business_id") == {"biz-unpaid"}
+
+
+def test_credit_without_debit_even_without_a_transaction(frame: Any) -> None:
+    s = Store()
+    s.committed("paid")
+    s.committed("nodebit")
+    s.tx("rolled", "ROLLED_BACK")
+    s.op("rolled", "ROLLBACK")
+    ledger = [debit("paid"), credit("paid"), credit("nodebit"), credit("stray"), credit("rolled")]
+    ledger.append(credit("yesterday", at=START - 5))
+    got = A.credit_without_debit(_books(frame, s, ledger)).collect()
+    assert {(r["transaction_id"], r["business_id"]) for r in got} == {
+        ("nodebit", "biz-nodebit"),
+        (None, "biz-stray"),
+    }
+
+
+def test_amount_mismatch(frame: Any) -> None:
+    s = Store()
+    s.committed("short")
+    s.committed("exact")
+    ledger = [debit("short", 100), credit("short", 90), debit("exact", 7), credit("exact", 7)]
+    got = A.amount_mismatch(_books(frame, s, ledger)).collect()
+    assert [(r["transaction_id"], r["reason"]) for r in got] == [
+        ("short", "debited 100, credited 90")
+    ]
+
+
+def test_credit_for_rolled_back(frame: Any) -> None:
+    s = Store()
+    s.tx("rolled", "ROLLED_BACK")
+    s.op("rolled", "ROLLBACK")
+    s.tx("rolled_by_state", "ROLLED_BACK")
+    s.tx("quiet_rollback", "ROLLED_BACK")
+    s.op("quiet_rollback", "ROLLBACK")
+    s.committed("ok")
+    ledger = [credit("rolled"), credit("rolled_by_state"), debit("ok"), credit("ok")]
+    books = _books(frame, s, ledger)
+    assert found(A.credit_for_rolled_back(books)) == {"rolled", "rolled_by_state"}
+
+
+def test_double_credit(frame: Any) -> None:
+    s = Store()
+    s.committed("twice")
+    s.committed("once")
+    ledger = [debit("twice"), credit("twice"), credit("twice", at=T + 9000)]
+    ledger += [debit("once"), credit("once")]
+    books = _books(frame, s, ledger)
+    assert found(A.double_credit(books)) == {"twice"}
+    assert found(A.amount_mismatch(books)) == set()
