@@ -66,25 +66,25 @@ class BrokerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> None:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "broker_service",
-                "broker",
-                "serve",
-                "--database-url",
-                self.database_url,
-                "--port",
-                str(self.port),
-                "--host",
-                "127.0.0.1",
-                *self.extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "broker_service",
+                    "broker",
+                    "serve",
+                    "--database-url",
+                    self.database_url,
+                    "--port",
+                    str(self.port),
+                    "--host",
+                    "127.0.0.1",
+                    *self.extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

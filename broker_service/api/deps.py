@@ -11,17 +11,17 @@ from broker_service.domain.service import BrokerService
 from broker_service.settings import BrokerSettings
 
 
-def get_service(request: Request) -> BrokerService:
+async def get_service(request: Request) -> BrokerService:
     service: BrokerService = request.app.state.service
     return service
 
 
-def get_metrics(request: Request) -> BrokerMetrics:
+async def get_metrics(request: Request) -> BrokerMetrics:
     metrics: BrokerMetrics = request.app.state.metrics
     return metrics
 
 
-def get_settings(request: Request) -> BrokerSettings:
+async def get_settings(request: Request) -> BrokerSettings:
     settings: BrokerSettings = request.app.state.settings
     return settings
 

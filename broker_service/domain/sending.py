@@ -112,7 +112,9 @@ class Sender:
         tx.create_topic(topic)
         return topic
 
-    def previous_send(self, tx: StoreTx, draft: MessageDraft, content_hash: str) -> Message | None:
+    def previous_send(
+        self, tx: StoreTx, draft: MessageDraft, content_hash: str | None
+    ) -> Message | None:
         """The message a retransmit repeats, or None; another message under its id is a 409."""
         if draft.msg_id is None:
             return None
@@ -158,7 +160,7 @@ class Sender:
         return message
 
     def new_message(
-        self, topic: Topic, draft: MessageDraft, content_hash: str, now: int
+        self, topic: Topic, draft: MessageDraft, content_hash: str | None, now: int
     ) -> PendingMessage:
         message = PendingMessage(
             topic=topic.name,
@@ -174,7 +176,8 @@ class Sender:
             sharding_key=draft.sharding_key,
             content_hash=content_hash,
         )
-        message.dedup_key = message.msg_id
+        if draft.msg_id is not None:
+            message.dedup_key = draft.msg_id  # a client-made id can come again: dedup it
         return message
 
     # -- units of work -------------------------------------------------------------------------
@@ -193,9 +196,10 @@ class Sender:
             now = self.clock()
             receipts: list[SendReceipt | None] = []
             fresh: list[tuple[int, PendingMessage]] = []
-            in_request: dict[str, str] = {}
+            in_request: dict[str, str | None] = {}
             for draft in drafts:
-                content_hash = draft.content_hash(topic.name)
+                # Only a client-made msg_id can come again: the hash is what a retransmit matches.
+                content_hash = draft.content_hash(topic.name) if draft.msg_id else None
                 seen = in_request.get(draft.msg_id) if draft.msg_id else None
                 if seen is not None and seen != content_hash:
                     raise Conflict(

@@ -88,7 +88,7 @@ class Transactions:
         def unit(tx: StoreTx) -> HalfReceipt:
             sender = self.sender
             topic = sender.topic_for_send(tx, topic_name)
-            content_hash = draft.content_hash(topic.name, producer_group)
+            content_hash = draft.content_hash(topic.name, producer_group) if draft.msg_id else None
             previous = sender.previous_send(tx, draft, content_hash)
             if previous is not None:
                 if previous.transaction_id is None:
@@ -126,7 +126,7 @@ class Transactions:
                 keys=real.keys,
                 properties=properties,
                 sharding_key=real.sharding_key,
-                dedup_key=real.msg_id,
+                dedup_key=real.dedup_key,
                 content_hash=content_hash,
                 transaction_id=transaction_id,
                 producer_group=producer_group,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import Connection, and_, delete, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from broker_service.domain.model import (
@@ -28,6 +28,7 @@ from broker_service.domain.model import (
 )
 from broker_service.domain.ports import MessageQuery
 from broker_service.store import rows
+from broker_service.store import statements as sql
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -36,8 +37,6 @@ from broker_service.store.schema import (
     transactions,
 )
 from broker_service.store.schema import topics as topic_table
-
-_OPEN_STATES = (TransactionState.PREPARED.value, TransactionState.DISCARDED.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +73,7 @@ class SqlTx:
         if self._appended:
             pending, self._appended = self._appended, []
             self._assign_offsets(pending)
-            self.conn.execute(insert(messages), [rows.message_values(m) for m in pending])
+            self.conn.execute(sql.insert_message, [rows.message_values(m) for m in pending])
             keys = [
                 {
                     "key": key,
@@ -87,12 +86,12 @@ class SqlTx:
                 for key in dict.fromkeys(m.keys)
             ]
             if keys:
-                self.conn.execute(insert(message_keys), keys)
+                self.conn.execute(sql.insert_message_key, keys)
             self._sent.clear()
         if self._transactions:
             records, self._transactions = self._transactions, []
             self.conn.execute(
-                insert(transactions),
+                sql.insert_transaction,
                 [rows.transaction_values(record, half.queue_offset) for record, half in records],
             )
 
@@ -109,21 +108,14 @@ class SqlTx:
             message.queue_offset = next_offsets[key]
             next_offsets[key] += 1
         self.conn.execute(
-            update(queues)
-            .where(and_(queues.c.topic == bindparam("t"), queues.c.queue_id == bindparam("q")))
-            .values(next_offset=bindparam("n")),
+            sql.set_next_offset,
             [{"t": t, "q": q, "n": n} for (t, q), n in next_offsets.items() if n != start[(t, q)]],
         )
 
     def _lock_queues(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        query = (
-            select(queues.c.topic, queues.c.queue_id, queues.c.next_offset)
-            .where(tuple_(queues.c.topic, queues.c.queue_id).in_(keys))
-            .order_by(queues.c.topic, queues.c.queue_id)
-        )
-        if self._postgres:
-            query = query.with_for_update()
-        return {(r.topic, r.queue_id): r.next_offset for r in self.conn.execute(query)}
+        query = sql.queues_by_keys_for_update if self._postgres else sql.queues_by_keys
+        result = self.conn.execute(query, {"keys": list(keys)})
+        return {(r.topic, r.queue_id): r.next_offset for r in result}
 
     def _insert_queues(self, keys: Sequence[tuple[str, int]]) -> None:
         dialect_insert = postgresql.insert if self._postgres else sqlite.insert
@@ -136,7 +128,7 @@ class SqlTx:
 
     def get_topic(self, name: str) -> Topic | None:
         if name not in self._topics:
-            row = self.conn.execute(select(topic_table).where(topic_table.c.name == name)).first()
+            row = self.conn.execute(sql.topic_by_name, {"name": name}).first()
             self._topics[name] = rows.topic_record(row) if row else None
         return self._topics[name]
 
@@ -184,25 +176,18 @@ class SqlTx:
         }
         rest = [k for k in dedup_keys if k not in found]
         if rest:
-            result = self.conn.execute(select(messages).where(messages.c.dedup_key.in_(rest)))
+            result = self.conn.execute(sql.sent_by_dedup_keys, {"keys": rest})
             for row in result:
                 found[row.dedup_key] = rows.stored_message(row)
         return found
 
     def get_message_at(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
-        row = self.conn.execute(
-            select(messages).where(
-                messages.c.topic == topic,
-                messages.c.queue_id == queue_id,
-                messages.c.queue_offset == offset,
-            )
-        ).first()
+        params = {"topic": topic, "queue_id": queue_id, "offset": offset}
+        row = self.conn.execute(sql.message_at, params).first()
         return rows.stored_message(row) if row else None
 
     def find_messages(self, msg_id: str) -> list[StoredMessage]:
-        result = self.conn.execute(
-            select(messages).where(messages.c.msg_id == msg_id).order_by(messages.c.id)
-        )
+        result = self.conn.execute(sql.messages_by_msg_id, {"msg_id": msg_id})
         return [rows.stored_message(row) for row in result]
 
     def query_messages(self, query: MessageQuery) -> list[StoredMessage]:
@@ -247,11 +232,8 @@ class SqlTx:
         for message in self._appended:
             if message.transaction_id == transaction_id and message.topic == topic:
                 return message
-        row = self.conn.execute(
-            select(messages).where(
-                messages.c.transaction_id == transaction_id, messages.c.topic == topic
-            )
-        ).first()
+        params = {"transaction_id": transaction_id, "topic": topic}
+        row = self.conn.execute(sql.message_of_transaction, params).first()
         return rows.stored_message(row) if row else None
 
     # -- transactions ---------------------------------------------------------------------------
@@ -263,9 +245,8 @@ class SqlTx:
         for record, _half in self._transactions:
             if record.transaction_id == transaction_id:
                 return record
-        row = self.conn.execute(
-            select(transactions).where(transactions.c.transaction_id == transaction_id)
-        ).first()
+        params = {"transaction_id": transaction_id}
+        row = self.conn.execute(sql.transaction_by_id, params).first()
         return rows.transaction_record(row) if row else None
 
     def list_transactions(
@@ -293,21 +274,13 @@ class SqlTx:
     ) -> bool:
         if any(r.transaction_id == transaction_id for r, _ in self._transactions):
             self.flush()
-        result = self.conn.execute(
-            update(transactions)
-            .where(
-                transactions.c.transaction_id == transaction_id,
-                transactions.c.state.in_(_OPEN_STATES),
-            )
-            .values(
-                state=state.value,
-                resolved_at=at,
-                resolved_by=by.value,
-                next_check_at=None,
-                claimed_by=None,
-                claimed_until=None,
-            )
-        )
+        params = {
+            "b_transaction_id": transaction_id,
+            "b_state": state.value,
+            "b_at": at,
+            "b_by": by.value,
+        }
+        result = self.conn.execute(sql.resolve_transaction, params)
         return result.rowcount == 1
 
     # -- producers ------------------------------------------------------------------------------

@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` (the main job) and `make test` (everything CI checks).
+# Both set up what they need on a fresh machine: a virtualenv in .venv with the project installed.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo broker test lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev,spark]"
+	touch $@
+
+# Until the bank demo lands, the main job is the broker itself on its embedded SQLite store.
+demo: setup
+	$(BIN)/halfmq broker serve
+
+broker: setup
+	$(BIN)/halfmq broker serve
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+bench: setup
+	$(BIN)/python bench/broker_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

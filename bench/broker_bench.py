@@ -1,0 +1,224 @@
+"""Broker throughput on SQLite and PostgreSQL, as ratios to an echo ceiling measured in the same run.
+
+    python bench/broker_bench.py [--seconds 5] [--connections 64] [--stores sqlite,postgresql]
+
+For each store it starts a real broker process (uvicorn, the same settings a user gets, flush=sync)
+and loads it over loopback from this process with many keep-alive connections:
+
+* echo         POST /v1/echo: FastAPI + the same server, no store (the ceiling);
+* sends        POST /v1/topics/bench/messages, one small message each;
+* transactions POST /v1/transactions then POST .../commit (one transaction = two requests);
+* batch sends  POST /v1/topics/bench/messages:batch with 100 messages;
+* raw commits  the store's single-row INSERT + COMMIT rate, in a loop, without the broker.
+
+It prints rates, p50/p99 latency, each rate as a ratio to echo, and the broker's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import orjson
+from sqlalchemy import create_engine, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import Connection, Result, run
+
+PG_BASE = os.environ.get("HALFMQ_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak_kb = 0
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+            except OSError:
+                return
+            time.sleep(0.2)
+
+
+def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    subprocess.run(
+        [sys.executable, "-m", "broker_service", "db", "upgrade", "--database-url", url],
+        check=True,
+        capture_output=True,
+    )
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "broker_service",
+                "broker",
+                "serve",
+                "--database-url",
+                url,
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    for _ in range(300):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"broker did not start: {log.read_text()}")
+
+
+def raw_commit_rate(url: str, seconds: float) -> float:
+    """Single-row INSERT + COMMIT in a loop, same durability settings as the broker's writer."""
+    from broker_service.settings import Flush
+    from broker_service.store.engine import make_engine
+
+    engine = make_engine(url, flush=Flush.SYNC, writer=True)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER, v TEXT)"))
+    count = 0
+    stop_at = time.perf_counter() + seconds
+    while time.perf_counter() < stop_at:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO bench_raw VALUES (:i, 'x')"), {"i": count})
+        count += 1
+    engine.dispose()
+    return count / seconds
+
+
+async def load(port: int, seconds: float, connections: int) -> dict[str, Result]:
+    async def echo(conn: Connection, i: int) -> int:
+        status, _ = await conn.request("POST", "/v1/echo", {"body": "hello", "n": i})
+        if status != 200:
+            raise ValueError(status)
+        return 1
+
+    async def send(conn: Connection, i: int) -> int:
+        status, _ = await conn.request(
+            "POST", "/v1/topics/bench/messages", {"body": "hello world", "keys": [f"k{i}"]}
+        )
+        if status != 201:
+            raise ValueError(status)
+        return 1
+
+    async def transaction(conn: Connection, i: int) -> int:
+        status, data = await conn.request(
+            "POST",
+            "/v1/transactions",
+            {"body": "transfer", "topic": "bench", "producer_group": "bench", "keys": [f"t{i}"]},
+        )
+        if status != 201:
+            raise ValueError(status)
+        txid = orjson.loads(data)["transaction_id"]
+        status, _ = await conn.request(
+            "POST", f"/v1/transactions/{txid}/commit", {"producer_group": "bench"}
+        )
+        if status != 200:
+            raise ValueError(status)
+        return 1
+
+    batch_body = {"messages": [{"body": "hello world"} for _ in range(100)]}
+
+    async def batch(conn: Connection, i: int) -> int:
+        status, _ = await conn.request("POST", "/v1/topics/bench/messages:batch", batch_body)
+        if status != 201:
+            raise ValueError(status)
+        return 100
+
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        await client.post("/v1/topics", json={"name": "bench", "queues": 8})
+    results = {}
+    for name, operation, conns in (
+        ("echo", echo, connections),
+        ("sends", send, connections),
+        ("transactions", transaction, connections),
+        ("batch sends", batch, max(4, connections // 8)),
+    ):
+        results[name] = await run(
+            name, "127.0.0.1", port, operation, connections=conns, seconds=seconds
+        )
+    return results
+
+
+def bench_store(store: str, seconds: float, connections: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="halfmq-bench-"))
+    schema = None
+    if store == "sqlite":
+        url = f"sqlite:///{workdir / 'bench.db'}"
+    else:
+        schema = f"bench_{uuid.uuid4().hex[:8]}"
+        admin = create_engine(PG_BASE, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+        url = f"{PG_BASE}?options=-csearch_path%3D{schema}"
+    port = free_port()
+    process = start_broker(url, port, workdir / "broker.log")
+    sampler = RssSampler(process.pid)
+    sampler.start()
+    try:
+        results = asyncio.run(load(port, seconds, connections))
+    finally:
+        sampler.running = False
+        process.terminate()
+        process.wait(timeout=30)
+    raw = raw_commit_rate(url, min(seconds, 3.0))
+    echo = results["echo"].rate
+    print(f"\n== {store} ({connections} connections, {seconds:.0f} s per phase, flush=sync)")
+    print(f"{'what':<14}{'per second':>12}{'x echo':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    for name, result in results.items():
+        print(
+            f"{name:<14}{result.rate:>12,.0f}{result.rate / echo:>9.2f}"
+            f"{result.percentile(0.5):>9.1f}{result.percentile(0.99):>9.1f}{result.errors:>8}"
+        )
+    print(f"{'raw commits':<14}{raw:>12,.0f}{raw / echo:>9.2f}   (single-row INSERT+COMMIT)")
+    print(f"broker peak RSS: {sampler.peak_kb / 1024:.0f} MB")
+    if schema is not None:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--stores", default="sqlite,postgresql")
+    args = parser.parse_args()
+    for store in args.stores.split(","):
+        bench_store(store.strip(), args.seconds, args.connections)
+
+
+if __name__ == "__main__":
+    main()
