@@ -190,9 +190,13 @@ def _no_op() -> Column:
 
 
 def stuck_halves(view: DataFrame, *, as_of: int, older_than: int) -> DataFrame:
-    """A half with no op record, not parked as DISCARDED, older than the threshold."""
+    """A half with no op record (and no real message: that is ``real_without_commit``), not
+    parked as DISCARDED, older than the threshold."""
     found = view.where(
-        _no_op() & (F.col("state") != "DISCARDED") & (F.col("created_at") < as_of - older_than)
+        _no_op()
+        & (F.col("real_count") == 0)
+        & (F.col("state") != "DISCARDED")
+        & (F.col("created_at") < as_of - older_than)
     )
     reason = F.format_string(
         "half in state %s has no op record after %d s (%d checks)",

@@ -56,21 +56,28 @@ def frame(spark: Any) -> Callable[[str, list[tuple[Any, ...]]], Any]:
 
 
 @pytest.fixture
-def pg_schema() -> Iterator[tuple[str, str]]:
-    """A fresh schema in the test database: (SQLAlchemy URL bound to it, schema name)."""
+def pg_schemas() -> Iterator[Callable[[], str]]:
+    """Makes fresh schemas in the test database on demand; returns for each a SQLAlchemy URL whose
+    search_path is that schema.  All are dropped afterwards."""
     import sqlalchemy as sa
 
-    name = f"recon_{secrets.token_hex(4)}"
     admin = sa.create_engine(PG_URL)
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"recon_{secrets.token_hex(4)}"
+        try:
+            with admin.begin() as conn:
+                conn.execute(sa.text(f"CREATE SCHEMA {name}"))
+        except sa.exc.OperationalError as exc:
+            unavailable(f"PostgreSQL is not reachable at {PG_URL}: {exc.orig}")
+        made.append(name)
+        return f"{PG_URL}?options=-csearch_path%3D{name}"
+
     try:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f"CREATE SCHEMA {name}"))
-    except sa.exc.OperationalError as exc:
-        admin.dispose()
-        unavailable(f"PostgreSQL is not reachable at {PG_URL}: {exc.orig}")
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{name}", name
+        yield make
     finally:
         with admin.begin() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
+            for name in made:
+                conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
         admin.dispose()

@@ -121,6 +121,8 @@ def test_stuck_is_an_old_half_without_op_and_not_discarded(frame: Any) -> None:
     s.tx("stuck", "PREPARED", checks=3)
     s.tx("young", "PREPARED", at=WINDOW.end - 1)  # old enough? as_of - 1h < created: no
     s.tx("parked", "DISCARDED")
+    s.tx("orphan", "PREPARED")
+    s.real("orphan")
     s.committed("done")
     s.tx("rolled", "ROLLED_BACK")
     s.op("rolled", "ROLLBACK")

@@ -1,0 +1,169 @@
+"""``halfmq export --date D``: the broker's store as the Parquet the reconciliation reads.
+
+Layout: ``<out>/<table>/date=YYYY-MM-DD/part-00000.parquet``; ``messages`` by ``stored_at``,
+``transactions`` by ``created_at``, ``deliveries`` by ``delivered_at`` (the day's rows), and
+snapshots of ``subscriptions`` and ``consumer_groups`` under the day.  Bodies are left out (the
+reconciliation never reads them).  Rows are streamed from the store in chunks; a rerun replaces the
+day's files.  The ``reconcile-export`` row of ``export_watermarks`` then advances, when the day
+continues the days already exported, so retention may purge what is exported.
+
+Needs SQLAlchemy and pyarrow only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+from rich.progress import Progress, TaskID
+
+from broker_service.store import schema
+from spark_reconcile.config import DAY_MS, day_start_ms, now_ms
+
+BY_DAY = {"messages": "stored_at", "transactions": "created_at", "deliveries": "delivered_at"}
+SNAPSHOTS = ("subscriptions", "consumer_groups")
+LEFT_OUT = {"messages": frozenset({"body"})}
+WATERMARK = "reconcile-export"
+PART = "part-00000.parquet"
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    day: dt.date
+    rows: dict[str, int]
+    files: tuple[Path, ...]
+    watermark_advanced: bool
+
+
+def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
+    kind = column.type
+    if isinstance(kind, sa.BigInteger):
+        return pa.int64()
+    if isinstance(kind, sa.Integer):
+        return pa.int32()
+    if isinstance(kind, sa.Boolean):
+        return pa.bool_()
+    if isinstance(kind, sa.LargeBinary):
+        return pa.binary()
+    return pa.string()
+
+
+def exported_columns(table: sa.Table) -> list[sa.Column[Any]]:
+    return [c for c in table.columns if c.name not in LEFT_OUT.get(table.name, frozenset())]
+
+
+def arrow_schema(table: sa.Table) -> pa.Schema:
+    return pa.schema([pa.field(c.name, _arrow_type(c)) for c in exported_columns(table)])
+
+
+def _batches(
+    conn: sa.Connection, query: sa.Select[Any], arrow: pa.Schema, chunk_rows: int
+) -> Iterator[pa.RecordBatch]:
+    result = conn.execution_options(stream_results=True, yield_per=chunk_rows).execute(query)
+    for rows in result.partitions(chunk_rows):
+        columns = list(zip(*rows, strict=True))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(col, type=f.type) for col, f in zip(columns, arrow, strict=True)],
+            schema=arrow,
+        )
+
+
+def _write(
+    conn: sa.Connection,
+    table: sa.Table,
+    where: sa.ColumnElement[bool] | None,
+    target: Path,
+    chunk_rows: int,
+    progress: Progress | None,
+) -> int:
+    """Streams the rows of ``table`` (matching ``where``) into ``target``, atomically."""
+    query = sa.select(*exported_columns(table))
+    count = sa.select(sa.func.count()).select_from(table)
+    if where is not None:
+        query, count = query.where(where), count.where(where)
+    total = conn.execute(count).scalar_one()
+    task: TaskID | None = None
+    if progress is not None:
+        task = progress.add_task(f"{table.name} {target.parent.name}", total=total)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    arrow = arrow_schema(table)
+    written = 0
+    with pq.ParquetWriter(tmp, arrow) as writer:
+        for batch in _batches(conn, query, arrow, chunk_rows):
+            writer.write_batch(batch)
+            written += batch.num_rows
+            if progress is not None and task is not None:
+                progress.advance(task, batch.num_rows)
+    for stale in target.parent.glob("*.parquet"):
+        stale.unlink()
+    os.replace(tmp, target)
+    return written
+
+
+def _advance_watermark(conn: sa.Connection, start: int, end: int, last_id: int | None) -> bool:
+    """Moves ``reconcile-export`` to the end of the day when the day continues what was exported
+    (or nothing was): retention must never purge an unexported row of a skipped day."""
+    marks = schema.export_watermarks
+    row = conn.execute(sa.select(marks).where(marks.c.name == WATERMARK)).one_or_none()
+    now = now_ms()
+    if row is None:
+        conn.execute(
+            marks.insert().values(
+                name=WATERMARK, last_message_id=last_id or 0, exported_until=end, updated_at=now
+            )
+        )
+        return True
+    if row.exported_until < start or row.exported_until >= end:
+        return False
+    conn.execute(
+        marks.update()
+        .where(marks.c.name == WATERMARK)
+        .values(
+            last_message_id=max(row.last_message_id, last_id or 0),
+            exported_until=end,
+            updated_at=now,
+        )
+    )
+    return True
+
+
+def export_day(
+    engine: sa.Engine,
+    out: Path,
+    day: dt.date,
+    *,
+    chunk_rows: int = 50_000,
+    tables: Sequence[str] = (*BY_DAY, *SNAPSHOTS),
+    progress: Progress | None = None,
+) -> Exported:
+    start = day_start_ms(day)
+    end = start + DAY_MS
+    rows: dict[str, int] = {}
+    files: list[Path] = []
+    with engine.connect() as conn:
+        for name in tables:
+            table = schema.metadata.tables[name]
+            where = None
+            if name in BY_DAY:
+                column = table.c[BY_DAY[name]]
+                where = (column >= start) & (column < end)
+            target = out / name / f"date={day.isoformat()}" / PART
+            rows[name] = _write(conn, table, where, target, chunk_rows, progress)
+            files.append(target)
+        messages = schema.messages
+        last_id = conn.execute(
+            sa.select(sa.func.max(messages.c.id)).where(
+                (messages.c.stored_at >= start) & (messages.c.stored_at < end)
+            )
+        ).scalar()
+    with engine.begin() as conn:
+        advanced = _advance_watermark(conn, start, end, last_id)
+    return Exported(day=day, rows=rows, files=tuple(files), watermark_advanced=advanced)
