@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from broker_service.cli import broker, db
+from broker_service.cli import broker, db, messages, send, topics, transactions
 
 app = typer.Typer(
     name="halfmq",
@@ -18,6 +18,10 @@ app = typer.Typer(
 )
 app.add_typer(broker.app, name="broker")
 app.add_typer(db.app, name="db")
+app.add_typer(topics.app, name="topic")
+app.command("send")(send.send)
+app.add_typer(transactions.app, name="transaction")
+app.add_typer(messages.app, name="message")
 
 
 def main() -> None:

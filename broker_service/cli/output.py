@@ -1,0 +1,193 @@
+"""What every client command shares: its options, its broker session, and how it prints.
+
+A command's answer goes to stdout, as Rich tables and panels or, with ``--json``, as the broker's
+raw JSON; errors go to stderr as one line (``--json``: the error envelope) and exit 1.  Usage errors
+(bad options) are Click's: exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from broker_service.cli.client import (
+    DEFAULT_BROKER,
+    BrokerClient,
+    BrokerErrorResponse,
+    BrokerUnreachable,
+    ClientError,
+    Json,
+)
+
+__all__ = [
+    "DEFAULT_BROKER",
+    "BrokerOption",
+    "JsonOption",
+    "TimeoutOption",
+    "cell",
+    "connect",
+    "fields_panel",
+    "show",
+    "table",
+    "time_option",
+]
+
+
+def _broker_url(value: str) -> str:
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        raise typer.BadParameter(f"{value!r} is not a URL: {exc}") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise typer.BadParameter(f"{value!r} is not an http(s) URL such as {DEFAULT_BROKER}")
+    return value
+
+
+BrokerOption = Annotated[
+    str,
+    typer.Option(
+        "--broker",
+        envvar="HALFMQ_BROKER",
+        callback=_broker_url,
+        help="The broker's base URL.",
+        show_default=True,
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the broker's raw JSON answer (for scripts).")
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the broker's answer.")
+]
+
+
+def time_option(value: str | None, hint: str) -> str | int | None:
+    """An RFC 3339 time (kept as text) or epoch milliseconds (sent as a number)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is neither an RFC 3339 time (2026-11-21T10:00:00Z) nor epoch milliseconds",
+            param_hint=hint,
+        ) from None
+    return text
+
+
+# -- talking to the broker -----------------------------------------------------------------------
+
+
+@contextmanager
+def connect(broker: str, timeout: float, as_json: bool) -> Iterator[BrokerClient]:
+    """A client whose failures become one line on stderr and exit code 1 -- never a traceback."""
+    try:
+        with BrokerClient(broker, timeout=timeout) as client:
+            yield client
+    except ClientError as exc:
+        _print_error(exc, as_json)
+        raise typer.Exit(1) from None
+
+
+def _print_error(error: ClientError, as_json: bool) -> None:
+    if as_json:
+        typer.echo(_dumps(error.envelope()), err=True)
+        return
+    err = Console(stderr=True, highlight=False)
+    line = Text("error: ", style="bold red")
+    if isinstance(error, BrokerErrorResponse):
+        line.append(f"{error.code} (HTTP {error.status}): ", style="bold")
+    line.append(error.message)
+    err.print(line, soft_wrap=True)
+    if isinstance(error, BrokerUnreachable):
+        hint = "is it running? pass --broker URL or set HALFMQ_BROKER"
+        err.print(Text(hint, style="dim"), soft_wrap=True)
+    elif detail := _detail_line(error.detail):
+        err.print(Text(detail, style="dim"), soft_wrap=True)
+
+
+def _detail_line(detail: Json) -> str:
+    """The envelope's detail; a validation error's first complaint is its message already."""
+    errors = detail.get("errors")
+    if isinstance(errors, list):
+        if len(errors) < 2:
+            return ""
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', []))}: {e.get('msg', '')}"
+            for e in errors
+            if isinstance(e, dict)
+        )
+    return ", ".join(f"{key}={value}" for key, value in detail.items())
+
+
+# -- printing answers ----------------------------------------------------------------------------
+
+
+def show(answer: Any, as_json: bool, render: Callable[[Any], RenderableType]) -> None:
+    """The answer as JSON (``--json``) or as what ``render`` makes of it."""
+    if as_json:
+        typer.echo(_dumps(answer))
+    else:
+        Console(highlight=False).print(render(answer))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def cell(value: Any) -> Text:
+    """A value as plain text: user data is never read as Rich markup."""
+    if value is None or value == [] or value == {}:
+        return Text("-", style="dim")
+    if isinstance(value, bool):
+        return Text("yes" if value else "no")
+    if isinstance(value, list):
+        return Text(", ".join(str(v) for v in value))
+    if isinstance(value, dict):
+        return Text(", ".join(f"{k}={v}" for k, v in value.items()))
+    return Text(str(value))
+
+
+def fields_panel(title: str, fields: Sequence[tuple[str, Any]]) -> Panel:
+    """One object as a panel of ``name  value`` lines."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold cyan", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for name, value in fields:
+        grid.add_row(name, value if isinstance(value, Text) else cell(value))
+    return Panel(grid, title=Text(title), title_align="left", expand=False)
+
+
+def table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, count: bool = True
+) -> Table:
+    """Objects as a table, one row each.
+
+    Columns named ``... id`` keep every character on one line (ids are copied into the next
+    command); the others fold onto more lines when the terminal is narrow.
+    """
+    cells = [[v if isinstance(v, Text) else cell(v) for v in row] for row in rows]
+    caption = f"{len(rows)} shown" if count else None
+    grid = Table(title=Text(title), title_justify="left", caption=caption)
+    for index, name in enumerate(columns):
+        if name.endswith(" id"):
+            widest = max((c[index].cell_len for c in cells), default=0)
+            grid.add_column(name, no_wrap=True, min_width=max(widest, len(name)))
+        else:
+            grid.add_column(name, overflow="fold")
+    for row in cells:
+        grid.add_row(*row)
+    return grid

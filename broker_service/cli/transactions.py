@@ -1,0 +1,134 @@
+"""``halfmq transaction show|list``: the state of half messages."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.console import RenderableType
+from rich.text import Text
+
+from broker_service.cli.client import Json
+from broker_service.cli.output import (
+    DEFAULT_BROKER,
+    BrokerOption,
+    JsonOption,
+    TimeoutOption,
+    connect,
+    fields_panel,
+    show,
+    table,
+)
+
+app = typer.Typer(help="Inspect transactions (half messages).", no_args_is_help=True)
+
+
+class TransactionState(StrEnum):
+    PREPARED = "PREPARED"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    DISCARDED = "DISCARDED"
+
+
+_STATE_STYLE = {
+    "PREPARED": "yellow",
+    "COMMITTED": "green",
+    "ROLLED_BACK": "magenta",
+    "DISCARDED": "red",
+}
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def seconds(value: str | None) -> float | None:
+    """``90``, ``90s``, ``5m``, ``2h``, ``1d`` as seconds."""
+    if value is None:
+        return None
+    match = _DURATION.match(value.lower())
+    if match is None:
+        raise typer.BadParameter(
+            f"{value!r} is not a duration such as 90, 90s, 5m, 2h or 1d", param_hint="--older-than"
+        )
+    return float(match[1]) * _UNITS[match[2]]
+
+
+@app.command("show")
+def show_(
+    transaction_id: Annotated[
+        str,
+        typer.Argument(metavar="TRANSACTION_ID", help="The transaction's id.", show_default=False),
+    ],
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Show one transaction: its state, checks and who resolved it."""
+    with connect(broker, timeout, as_json) as client:
+        record = client.get_transaction(transaction_id)
+    show(record, as_json, render_transaction)
+
+
+@app.command("list")
+def list_(
+    state: Annotated[
+        TransactionState | None, typer.Option(case_sensitive=False, help="Only this state.")
+    ] = None,
+    producer_group: Annotated[str | None, typer.Option(help="Only this producer group.")] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(metavar="DURATION", help="Only those created before: 90, 90s, 5m, 2h, 1d."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 100,
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """List transactions, oldest first; e.g. the stuck ones: --state PREPARED --older-than 1m."""
+    older_than_seconds = seconds(older_than)
+    with connect(broker, timeout, as_json) as client:
+        records = client.list_transactions(
+            state.value if state else None, producer_group, older_than_seconds, limit
+        )
+    show(
+        {"transactions": records},
+        as_json,
+        lambda answer: render_transactions(answer["transactions"]),
+    )
+
+
+def state_text(state: str) -> Text:
+    return Text(state, style=_STATE_STYLE.get(state, ""))
+
+
+def render_transaction(record: Json) -> RenderableType:
+    fields = [
+        ("transaction_id", record["transaction_id"]),
+        ("state", state_text(record["state"])),
+        ("producer_group", record["producer_group"]),
+        ("topic", record["topic"]),
+        ("msg_id", record["msg_id"]),
+        ("check_times", record["check_times"]),
+        ("created", record["created_at"]),
+        ("resolved", record.get("resolved_at")),
+        ("resolved_by", record.get("resolved_by")),
+    ]
+    return fields_panel(f"transaction {record['transaction_id']}", fields)
+
+
+def render_transactions(records: list[Json]) -> RenderableType:
+    rows = [
+        [
+            r["transaction_id"],
+            state_text(r["state"]),
+            r["producer_group"],
+            r["topic"],
+            r["check_times"],
+            r["created_at"],
+            r.get("resolved_by"),
+        ]
+        for r in records
+    ]
+    columns = ["transaction id", "state", "group", "topic", "checks", "created", "resolved by"]
+    return table("transactions", columns, rows)
