@@ -66,6 +66,10 @@ class BrokerSettings(BaseSettings):
     transaction_check_interval_seconds: float = Field(30, gt=0)
     transaction_check_max: int = Field(15, ge=1)
     producer_expiry_seconds: float = Field(120, gt=0)
+    check_timeout_seconds: float = Field(
+        3, gt=0, description="How long a push check waits for the producer's answer"
+    )
+    check_round_max: int = Field(1000, ge=1, description="Most halves one check round claims")
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     max_reconsume_times: int = Field(16, ge=0)
     scheduler: bool = Field(True, description="Run the background schedulers in this process")

@@ -7,8 +7,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,3 +117,42 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.process = None
+
+
+class Program:
+    """A test program (``python -m tests.producer_app ...``) run as a real process; its first line
+    of output is read back; it is stopped by PID."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def first_line(self, timeout: float = 20) -> str:
+        assert self.process.stdout is not None
+        result: list[bytes] = []
+        reader = threading.Thread(target=lambda: result.append(self.process.stdout.readline()))  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout)
+        if not result or not result[0]:
+            raise RuntimeError(f"{self.process.args} printed nothing (exit {self.process.poll()})")
+        return result[0].decode().strip()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` (bounded) until it holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,9 +13,12 @@ from fastapi import FastAPI
 from broker_service.api import errors
 from broker_service.api.limits import BodyLimit
 from broker_service.api.metrics import BrokerMetrics
-from broker_service.api.routes import messages, ops, producers, topics, transactions
+from broker_service.api.routes import checks, messages, ops, producers, topics, transactions
+from broker_service.domain.checkback import CheckBack, CheckPolicy
 from broker_service.domain.config import DomainConfig
 from broker_service.domain.service import BrokerService
+from broker_service.schedulers.checkback import CheckBackScheduler, PullHub
+from broker_service.schedulers.delays import DelayScheduler
 from broker_service.settings import BrokerSettings
 from broker_service.store.sql_store import SqlStore
 
@@ -30,6 +35,16 @@ def domain_config(settings: BrokerSettings) -> DomainConfig:
     )
 
 
+def check_policy(settings: BrokerSettings) -> CheckPolicy:
+    return CheckPolicy(
+        check_max=settings.transaction_check_max,
+        interval_ms=int(settings.transaction_check_interval_seconds * 1000),
+        producer_expiry_ms=int(settings.producer_expiry_seconds * 1000),
+        push_timeout_ms=int(settings.check_timeout_seconds * 1000),
+        broker_id=settings.broker_id or f"{socket.gethostname()}:{os.getpid()}:{settings.port}",
+    )
+
+
 def request_limit(settings: BrokerSettings) -> int:
     """A request may carry one max-size message as base64 plus its JSON around it."""
     return settings.max_message_bytes * 4 // 3 + 64 * 1024
@@ -37,14 +52,36 @@ def request_limit(settings: BrokerSettings) -> int:
 
 def create_app(settings: BrokerSettings) -> FastAPI:
     store = SqlStore(settings)
+    service = BrokerService(store, domain_config(settings))
+    metrics = BrokerMetrics()
+    checkback = CheckBack(check_policy(settings), service.clock)
+    hub = PullHub()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store.open()
         log.info("broker ready on %s (%s store)", settings.database_url, store.dialect)
+        scheduler = None
+        delays = DelayScheduler(service)
+        if settings.scheduler:
+            delays.start()
+            scheduler = CheckBackScheduler(
+                service,
+                checkback,
+                metrics,
+                hub,
+                interval_seconds=settings.transaction_check_interval_seconds,
+                push_timeout_seconds=settings.check_timeout_seconds,
+                round_max=settings.check_round_max,
+            )
+            scheduler.start()
+        app.state.scheduler = scheduler
         try:
             yield
         finally:
+            await delays.stop()
+            if scheduler is not None:
+                await scheduler.stop()
             store.close()
 
     app = FastAPI(
@@ -55,10 +92,12 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.store = store
-    app.state.metrics = BrokerMetrics()
-    app.state.service = BrokerService(store, domain_config(settings))
+    app.state.metrics = metrics
+    app.state.service = service
+    app.state.checkback = checkback
+    app.state.pull_hub = hub
     errors.install(app)
-    for module in (topics, transactions, producers, messages, ops):
+    for module in (topics, transactions, producers, checks, messages, ops):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=request_limit(settings))
     return app

@@ -36,6 +36,25 @@ class BrokerMetrics:
             "Units of work committed (units / commits = mean group-commit size)",
             registry=self.registry,
         )
+        self.checks = Counter(
+            "halfmq_checks",
+            "Check-back events: sent, answered, failed (push); assigned_pull, pulled; "
+            "skipped_no_producer (a round with no live instance, not counted against the half)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.discards = Counter(
+            "halfmq_transactions_discarded",
+            "Halves parked as DISCARDED, by reason (CHECK_MAX, TOPIC_DELETED, HALF_MISSING)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.pending = Gauge(
+            "halfmq_pending_halves",
+            "PREPARED halves at least this old (seconds), read from the store at scrape time",
+            ["older_than_seconds"],
+            registry=self.registry,
+        )
         self.ready = Gauge(
             "halfmq_ready",
             "1 when the store is reachable and its schema current",

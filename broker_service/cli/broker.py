@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +12,7 @@ import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
 
-from broker_service.settings import BrokerSettings, Flush, load_settings
+from broker_service.settings import BrokerSettings, load_settings
 
 app = typer.Typer(help="Run the broker.", no_args_is_help=True)
 err = Console(stderr=True)
@@ -26,37 +27,43 @@ def build_settings(config: Path | None, overrides: dict[str, Any]) -> BrokerSett
         raise typer.Exit(2) from exc
 
 
-@app.command()
+def _setting_options() -> list[inspect.Parameter]:
+    """One ``--<name>`` flag per broker setting, made from the settings model itself, so a new
+    setting is a flag without anyone remembering to add it."""
+    parameters = []
+    for name, field in BrokerSettings.model_fields.items():
+        annotation = field.annotation
+        flag = "--" + name.replace("_", "-")
+        decls = [f"{flag}/--no-{name.replace('_', '-')}"] if annotation is bool else [flag]
+        option = typer.Option(*decls, help=field.description or "", show_default=False)
+        parameters.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[annotation | None, option],  # type: ignore[operator]
+            )
+        )
+    return parameters
+
+
 def serve(
     config: Annotated[
         Path | None, typer.Option(help="Settings file (.yaml, .toml or .json)", exists=True)
     ] = None,
-    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the store")] = None,
-    host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option()] = None,
-    broker_id: Annotated[str | None, typer.Option()] = None,
-    auto_create_topics: Annotated[bool | None, typer.Option()] = None,
-    default_topic_queues: Annotated[int | None, typer.Option()] = None,
-    max_message_bytes: Annotated[int | None, typer.Option()] = None,
-    flush: Annotated[Flush | None, typer.Option(help="sync (SYNC_FLUSH) or async")] = None,
-    retention_hours: Annotated[float | None, typer.Option()] = None,
-    transaction_timeout_seconds: Annotated[float | None, typer.Option()] = None,
-    transaction_check_interval_seconds: Annotated[float | None, typer.Option()] = None,
-    transaction_check_max: Annotated[int | None, typer.Option()] = None,
-    producer_expiry_seconds: Annotated[float | None, typer.Option()] = None,
-    message_delay_level: Annotated[str | None, typer.Option()] = None,
-    max_reconsume_times: Annotated[int | None, typer.Option()] = None,
-    scheduler: Annotated[
-        bool | None, typer.Option("--scheduler/--no-scheduler", help="Run schedulers here")
-    ] = None,
-    write_batch_max: Annotated[int | None, typer.Option()] = None,
-    pool_size: Annotated[int | None, typer.Option()] = None,
-    log_level: Annotated[str | None, typer.Option()] = None,
+    **flags: Any,
 ) -> None:
-    """Start the broker (default 127.0.0.1:9876 on the SQLite file ./halfmq.db)."""
-    overrides = {k: v for k, v in locals().items() if k != "config"}
-    settings = build_settings(config, overrides)
-    run(settings)
+    """Start the broker (default 127.0.0.1:9876 on the SQLite file ./halfmq.db).
+
+    Every setting is also HALFMQ_<NAME> in the environment and a key of the config file; a flag
+    wins over the file, the file over the environment."""
+    run(build_settings(config, flags))
+
+
+serve.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.signature(serve).parameters["config"], *_setting_options()]
+)
+app.command()(serve)
 
 
 def run(settings: BrokerSettings) -> None:

@@ -186,3 +186,22 @@ class TransactionRecord:
     resolved_at: int | None = None
     resolved_by: ResolvedBy | None = None
     discarded_at: int | None = None
+    discard_reason: str | None = None
+    check_client_id: str | None = None
+    last_checked_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInstance:
+    """A live member of a producer group, as its last heartbeat described it."""
+
+    producer_group: str
+    client_id: str
+    callback_url: str | None
+    topics: tuple[str, ...]
+    last_heartbeat_at: int
+
+    @property
+    def push(self) -> bool:
+        """Checks are pushed to a callback URL; without one, the instance pulls them."""
+        return self.callback_url is not None

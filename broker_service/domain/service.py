@@ -9,12 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker_service.domain import names
+from broker_service.domain.checkback import CheckBack, CheckRequest
 from broker_service.domain.clock import now_ms
 from broker_service.domain.config import DomainConfig
 from broker_service.domain.errors import NotFound
 from broker_service.domain.model import (
     Decision,
     MessageDraft,
+    ProducerInstance,
     ResolvedBy,
     StoredMessage,
     TransactionRecord,
@@ -123,6 +125,29 @@ class BrokerService:
         names.check_name(group, "producer group")
         now = self.clock()
         await self.store.write(lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now))
+
+    # -- check-back ----------------------------------------------------------------------------
+
+    async def pull_checks(
+        self, checkback: CheckBack, group: str, client_id: str, limit: int
+    ) -> list[CheckRequest]:
+        return await self.store.write(checkback.take_pull_checks(group, client_id, limit))
+
+    async def check_now(self, checkback: CheckBack, transaction_id: str) -> TransactionRecord:
+        return await self.store.write(checkback.check_now(transaction_id))
+
+    async def producer_group(self, group: str) -> list[ProducerInstance]:
+        names.check_name(group, "producer group")
+        return await self.store.read(lambda tx: tx.list_producers(group))
+
+    async def delete_producer_group(self, group: str) -> int:
+        """Forget a group's instances: its halves wait (skipped, not burned) until one returns."""
+        names.check_name(group, "producer group")
+        return await self.store.write(lambda tx: tx.delete_producer_group(group))
+
+    async def pending_by_age(self, ages_ms: Sequence[int]) -> dict[int, int]:
+        now = self.clock()
+        return await self.store.read(lambda tx: tx.pending_by_age(now, ages_ms))
 
     # -- queries -----------------------------------------------------------------------------------
 

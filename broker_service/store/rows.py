@@ -9,6 +9,7 @@ from sqlalchemy import Row
 
 from broker_service.domain.model import (
     PendingMessage,
+    ProducerInstance,
     ResolvedBy,
     StoredMessage,
     Topic,
@@ -122,4 +123,18 @@ def transaction_record(row: Row[Any]) -> TransactionRecord:
         resolved_at=m["resolved_at"],
         resolved_by=ResolvedBy(m["resolved_by"]) if m["resolved_by"] else None,
         discarded_at=m["discarded_at"],
+        discard_reason=m["discard_reason"],
+        check_client_id=m["check_client_id"],
+        last_checked_at=m["last_checked_at"],
+    )
+
+
+def producer_instance(row: Row[Any]) -> ProducerInstance:
+    m = row._mapping
+    return ProducerInstance(
+        producer_group=m["producer_group"],
+        client_id=m["client_id"],
+        callback_url=m["callback_url"],
+        topics=tuple(orjson.loads(m["topics"])) if m["topics"] else (),
+        last_heartbeat_at=m["last_heartbeat_at"],
     )

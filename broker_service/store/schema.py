@@ -146,6 +146,10 @@ transactions = Table(
     Column("claimed_by", String(128), nullable=True),
     Column("claimed_until", Millis, nullable=True),
     Column("last_checked_at", Millis, nullable=True),
+    # The producer instance the current check went to, and whether it still waits to be pulled.
+    Column("check_client_id", String(255), nullable=True),
+    Column("check_pending_pull", Boolean, nullable=False, server_default=text("false")),
+    Column("discard_reason", String(64), nullable=True),
     Column("resolved_at", Millis, nullable=True),
     Column("resolved_by", String(16), nullable=True),  # producer | check | operator
     # The queue of the real topic the message goes to on commit (chosen when the half is sent).
@@ -155,6 +159,7 @@ transactions = Table(
     Index("ix_transactions_state_created", "state", "created_at"),
     Index("ix_transactions_group_state", "producer_group", "state"),
     Index("ix_transactions_msg_id", "msg_id"),
+    Index("ix_transactions_pull", "producer_group", "check_client_id"),
 )
 
 producers = Table(

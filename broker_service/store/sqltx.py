@@ -29,6 +29,7 @@ from broker_service.domain.model import (
 from broker_service.domain.ports import MessageQuery
 from broker_service.store import rows
 from broker_service.store import statements as sql
+from broker_service.store.checks import CheckStore
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -47,7 +48,7 @@ class Mark:
     transactions: int
 
 
-class SqlTx:
+class SqlTx(CheckStore):
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._postgres = conn.dialect.name == "postgresql"
@@ -196,6 +197,8 @@ class SqlTx:
             conditions: list[Any] = [k.key == query.key]
             if query.topic is not None:
                 conditions.append(k.topic == query.topic)
+            else:  # halves, op records and parked copies only when their topic is asked for
+                conditions.append(k.topic.not_like("RMQ\\_SYS\\_%", escape="\\"))
             if query.begin is not None:
                 conditions.append(k.stored_at >= query.begin)
             if query.end is not None:
@@ -218,6 +221,8 @@ class SqlTx:
             conditions = []
             if query.topic is not None:
                 conditions.append(m.topic == query.topic)
+            else:
+                conditions.append(m.topic.not_like("RMQ\\_SYS\\_%", escape="\\"))
             if query.begin is not None:
                 conditions.append(m.stored_at >= query.begin)
             if query.end is not None:
@@ -225,6 +230,18 @@ class SqlTx:
             stmt = select(messages).where(*conditions).order_by(m.stored_at, m.id)
         result = self.conn.execute(stmt.limit(query.limit))
         return [rows.stored_message(row) for row in result]
+
+    def claim_due_delayed(self, topic: str, now: int, limit: int) -> list[StoredMessage]:
+        query = sql.due_delayed_locked if self._postgres else sql.due_delayed
+        result = self.conn.execute(query, {"topic": topic, "now": now, "limit": limit})
+        return [rows.stored_message(row) for row in result]
+
+    def mark_released(self, message_id: int, at: int) -> None:
+        self.conn.execute(sql.mark_released, {"b_id": message_id, "b_at": at})
+
+    def next_delayed_at(self, topic: str) -> int | None:
+        value = self.conn.execute(sql.next_delayed, {"topic": topic}).scalar()
+        return None if value is None else int(value)
 
     def real_message_of(
         self, transaction_id: str, topic: str

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, insert, select, tuple_, update
+from sqlalchemy import and_, bindparam, func, insert, select, tuple_, update
 
 from broker_service.store.schema import (
     message_keys,
@@ -70,5 +70,25 @@ resolve_transaction = (
         next_check_at=None,
         claimed_by=None,
         claimed_until=None,
+        check_pending_pull=False,
     )
+)
+
+_waiting = messages.c.released_at.is_(None), messages.c.deliver_at.is_not(None)
+
+due_delayed = (
+    select(messages)
+    .where(messages.c.topic == bindparam("topic"), *_waiting)
+    .where(messages.c.deliver_at <= bindparam("now"))
+    .order_by(messages.c.deliver_at)
+    .limit(bindparam("limit"))
+)
+due_delayed_locked = due_delayed.with_for_update(skip_locked=True)
+
+mark_released = (
+    update(messages).where(messages.c.id == bindparam("b_id")).values(released_at=bindparam("b_at"))
+)
+
+next_delayed = select(func.min(messages.c.deliver_at)).where(
+    messages.c.topic == bindparam("topic"), *_waiting
 )

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker_service.api.deps import MetricsDep
 from broker_service.api.errors import ERROR_RESPONSES, envelope
-from broker_service.api.schemas import EchoOut
+from broker_service.api.schemas import AnyJson, EchoOut
 
 router = APIRouter(tags=["operations"])
+
+PENDING_AGES = (0, 6, 60, 600, 3600, 86400)
 
 
 @router.get("/healthz")
@@ -33,12 +35,15 @@ async def readyz(request: Request, metrics: MetricsDep) -> Any:
 @router.get("/metrics", response_class=Response)
 async def metrics_text(request: Request, metrics: MetricsDep) -> Response:
     stats = request.app.state.store.stats()
+    ages = await request.app.state.service.pending_by_age([age * 1000 for age in PENDING_AGES])
+    for age in PENDING_AGES:
+        metrics.pending.labels(older_than_seconds=str(age)).set(ages[age * 1000])
     metrics.store_batches.set(stats["batches"])
     metrics.store_units.set(stats["units"])
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.post("/v1/echo", response_model=EchoOut)
-async def echo(payload: Any = Body(None)) -> EchoOut:
+async def echo(payload: Annotated[AnyJson, Body()] = None) -> EchoOut:
     """Diagnostic: answers its body and touches no store (the benchmarks' ceiling)."""
     return EchoOut(echo=payload)

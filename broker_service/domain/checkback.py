@@ -1,0 +1,266 @@
+"""Check-back: resolving transactions whose producer went silent (RocketMQ's transaction check).
+
+A *round* claims the due halves -- ``next_check_at`` has passed and no decision arrived -- in the
+store, so several brokers on one database never check one half twice, and decides for each:
+
+* its topic is gone, or it was checked ``transaction_check_max`` times: park it as DISCARDED (a copy
+  goes to ``RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``); it stays resolvable by its producer or an operator;
+* no instance of its producer group is live: skip it -- the round costs it nothing;
+* otherwise choose one live instance (round-robin, preferring instances that declared the topic):
+  a push instance gets an HTTP check now (``check_times`` + 1); a pull instance gets the check
+  assigned and counts it when it pulls it.
+
+The answer is applied exactly like a producer's own commit or rollback (``ResolvedBy.CHECK``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from broker_service.domain import names
+from broker_service.domain.errors import Conflict, NotFound
+from broker_service.domain.model import (
+    PendingMessage,
+    ProducerInstance,
+    StoredMessage,
+    TransactionRecord,
+    TransactionState,
+)
+from broker_service.domain.ports import StoreTx
+
+DISCARD_CHECK_MAX = "CHECK_MAX"
+DISCARD_TOPIC_DELETED = "TOPIC_DELETED"
+DISCARD_HALF_MISSING = "HALF_MISSING"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckPolicy:
+    check_max: int = 15
+    interval_ms: int = 30_000
+    producer_expiry_ms: int = 120_000
+    push_timeout_ms: int = 3_000
+    broker_id: str = "broker"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """What a producer is asked: RocketMQ's checkLocalTransaction(msg)."""
+
+    transaction_id: str
+    producer_group: str
+    msg_id: str
+    topic: str
+    tags: str | None
+    keys: tuple[str, ...]
+    body: bytes
+    encoding: str
+    properties: dict[str, str]
+    check_times: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushCheck:
+    request: CheckRequest
+    instance: ProducerInstance
+
+
+@dataclass(slots=True)
+class RoundReport:
+    claimed: int = 0
+    pushes: list[PushCheck] = field(default_factory=list)
+    pull_assigned: Counter[tuple[str, str]] = field(default_factory=Counter)
+    skipped_no_producer: list[str] = field(default_factory=list)
+    discarded: list[tuple[str, str]] = field(default_factory=list)
+
+
+def choose_instance(
+    instances: Sequence[ProducerInstance], topic: str, turn: int
+) -> ProducerInstance:
+    """Round-robin over the live instances, those that declared ``topic`` first."""
+    declared = [i for i in instances if topic in i.topics]
+    pool = declared or list(instances)
+    return pool[turn % len(pool)]
+
+
+def check_request(record: TransactionRecord, half: StoredMessage, check_times: int) -> CheckRequest:
+    return CheckRequest(
+        transaction_id=record.transaction_id,
+        producer_group=record.producer_group,
+        msg_id=record.msg_id,
+        topic=record.topic,
+        tags=half.tags,
+        keys=half.keys,
+        body=half.body,
+        encoding=half.encoding,
+        properties=dict(half.properties),
+        check_times=check_times,
+    )
+
+
+class CheckBack:
+    def __init__(self, policy: CheckPolicy, clock: Callable[[], int]) -> None:
+        self.policy = policy
+        self.clock = clock
+        self._turns: Counter[str] = Counter()
+
+    # -- the scheduler's round -----------------------------------------------------------------
+
+    def claim_round(self, limit: int) -> Callable[[StoreTx], RoundReport]:
+        def unit(tx: StoreTx) -> RoundReport:
+            now = self.clock()
+            report = RoundReport()
+            due = tx.claim_due_transactions(now, limit)
+            report.claimed = len(due)
+            live: dict[str, list[ProducerInstance]] = {}
+            for record in due:
+                self._decide(tx, record, now, live, report)
+            return report
+
+        return unit
+
+    def _decide(
+        self,
+        tx: StoreTx,
+        record: TransactionRecord,
+        now: int,
+        live: dict[str, list[ProducerInstance]],
+        report: RoundReport,
+    ) -> None:
+        policy = self.policy
+        half = tx.get_message_at(names.HALF_TOPIC, 0, record.half_offset)
+        reason = None
+        if half is None:
+            reason = DISCARD_HALF_MISSING
+        elif record.state is TransactionState.PREPARED:
+            if tx.get_topic(record.topic) is None:
+                reason = DISCARD_TOPIC_DELETED
+            elif record.check_times >= policy.check_max:
+                reason = DISCARD_CHECK_MAX
+        if reason is not None:
+            if self._discard(tx, record, half, reason, now):
+                report.discarded.append((record.transaction_id, reason))
+            return
+        assert half is not None
+        group = record.producer_group
+        if group not in live:
+            since = now - policy.producer_expiry_ms
+            live[group] = sorted(tx.live_producers(group, since), key=lambda i: i.client_id)
+        instances = live[group]
+        if not instances:
+            tx.schedule_check(record.transaction_id, now + policy.interval_ms)
+            report.skipped_no_producer.append(record.transaction_id)
+            return
+        instance = choose_instance(instances, record.topic, self._turns[group])
+        self._turns[group] += 1
+        if instance.push:
+            check_times = record.check_times + 1
+            tx.assign_check(
+                record.transaction_id,
+                client_id=instance.client_id,
+                pending_pull=False,
+                check_times=check_times,
+                until=now + policy.push_timeout_ms + policy.interval_ms,
+                claimed_by=policy.broker_id,
+                now=now,
+            )
+            report.pushes.append(PushCheck(check_request(record, half, check_times), instance))
+        else:
+            tx.assign_check(
+                record.transaction_id,
+                client_id=instance.client_id,
+                pending_pull=True,
+                check_times=record.check_times,
+                until=now + policy.interval_ms,
+                claimed_by=policy.broker_id,
+                now=now,
+            )
+            report.pull_assigned[(group, instance.client_id)] += 1
+
+    def _discard(
+        self,
+        tx: StoreTx,
+        record: TransactionRecord,
+        half: StoredMessage | None,
+        reason: str,
+        now: int,
+    ) -> bool:
+        if not tx.discard_transaction(record.transaction_id, now, reason):
+            return False
+        if half is not None:
+            tx.append(
+                PendingMessage(
+                    topic=names.CHECK_MAX_TIME_TOPIC,
+                    queue_id=0,
+                    msg_id=half.msg_id,
+                    body=half.body,
+                    encoding=half.encoding,
+                    born_at=half.born_at,
+                    stored_at=now,
+                    tags=half.tags,
+                    keys=half.keys,
+                    properties={**half.properties, "DISCARD_REASON": reason},
+                    transaction_id=record.transaction_id,
+                    producer_group=record.producer_group,
+                    origin_id=half.id,
+                )
+            )
+        return True
+
+    # -- pull mode --------------------------------------------------------------------------------
+
+    def take_pull_checks(
+        self, group: str, client_id: str, limit: int
+    ) -> Callable[[StoreTx], list[CheckRequest]]:
+        names.check_name(group, "producer group")
+
+        def unit(tx: StoreTx) -> list[CheckRequest]:
+            now = self.clock()
+            requests = []
+            for record in tx.pending_pull_checks(group, client_id, limit):
+                half = tx.get_message_at(names.HALF_TOPIC, 0, record.half_offset)
+                if half is None:
+                    continue
+                tx.mark_pulled(record.transaction_id, now, now + self.policy.interval_ms)
+                requests.append(check_request(record, half, record.check_times + 1))
+            return requests
+
+        return unit
+
+    # -- answers that decide nothing, and operators ------------------------------------------
+
+    def record_unknown(self, transaction_id: str) -> Callable[[StoreTx], None]:
+        """UNKNOWN (or a failed push): check again next interval; a DISCARDED half that an operator
+        had checked stays parked."""
+
+        def unit(tx: StoreTx) -> None:
+            now = self.clock()
+            tx.finish_check(transaction_id, now + self.policy.interval_ms)
+
+        return unit
+
+    def check_now(self, transaction_id: str) -> Callable[[StoreTx], TransactionRecord]:
+        """An operator's "check again now", also for a DISCARDED half."""
+
+        def unit(tx: StoreTx) -> TransactionRecord:
+            record = tx.get_transaction(transaction_id)
+            if record is None:
+                raise NotFound(
+                    f"transaction {transaction_id!r} does not exist",
+                    code="TRANSACTION_NOT_FOUND",
+                    transaction_id=transaction_id,
+                )
+            if record.state in (TransactionState.COMMITTED, TransactionState.ROLLED_BACK):
+                raise Conflict(
+                    f"transaction {transaction_id} is already {record.state.value}",
+                    code="TRANSACTION_ALREADY_RESOLVED",
+                    transaction_id=transaction_id,
+                    state=record.state.value,
+                )
+            tx.force_check(transaction_id, self.clock())
+            refreshed = tx.get_transaction(transaction_id)
+            assert refreshed is not None
+            return refreshed
+
+        return unit

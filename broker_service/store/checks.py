@@ -1,0 +1,204 @@
+"""The check-back part of ``SqlTx``: claiming due halves, assigning checks, pull pickup.
+
+Claims live in the database.  A due half is claimed by moving its ``next_check_at`` past the check's
+time-out in the same transaction that selected it (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so no
+other broker sees it due while its check is in flight.  Every lookup is by index: due halves through
+``next_check_at``, pull checks through ``(producer_group, check_client_id)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, bindparam, delete, func, select, update
+
+from broker_service.domain.model import ProducerInstance, TransactionRecord
+from broker_service.store import rows
+from broker_service.store.schema import producers, transactions
+
+t = transactions.c
+_OPEN = ("PREPARED", "DISCARDED")
+
+_due = (
+    select(transactions)
+    .where(t.next_check_at <= bindparam("now"), t.state.in_(_OPEN))
+    .order_by(t.next_check_at)
+    .limit(bindparam("limit"))
+)
+_due_locked = _due.with_for_update(skip_locked=True)
+
+_live_producers = select(producers).where(
+    producers.c.producer_group == bindparam("group"),
+    producers.c.last_heartbeat_at >= bindparam("since"),
+)
+
+_assign = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
+    .values(
+        check_client_id=bindparam("b_client"),
+        check_pending_pull=bindparam("b_pull"),
+        check_times=bindparam("b_times"),
+        next_check_at=bindparam("b_until"),
+        claimed_until=bindparam("b_until"),
+        claimed_by=bindparam("b_by"),
+        last_checked_at=bindparam("b_checked"),
+    )
+)
+
+_schedule = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
+    .values(
+        next_check_at=bindparam("b_at"),
+        claimed_by=None,
+        claimed_until=None,
+        check_pending_pull=False,
+    )
+)
+
+_discard = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state == "PREPARED")
+    .values(
+        state="DISCARDED",
+        discarded_at=bindparam("b_at"),
+        discard_reason=bindparam("b_reason"),
+        next_check_at=None,
+        claimed_by=None,
+        claimed_until=None,
+        check_pending_pull=False,
+    )
+)
+
+_pending_pull = (
+    select(transactions)
+    .where(
+        t.producer_group == bindparam("group"),
+        t.check_client_id == bindparam("client"),
+        t.check_pending_pull.is_(True),
+        t.state.in_(_OPEN),
+    )
+    .order_by(t.next_check_at)
+    .limit(bindparam("limit"))
+)
+_pending_pull_locked = _pending_pull.with_for_update(skip_locked=True)
+
+_mark_pulled = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.check_pending_pull.is_(True))
+    .values(
+        check_pending_pull=False,
+        check_times=t.check_times + 1,
+        last_checked_at=bindparam("b_now"),
+        next_check_at=bindparam("b_next"),
+        claimed_until=bindparam("b_next"),
+    )
+)
+
+# After an UNKNOWN answer: PREPARED halves come due again; a DISCARDED one stays parked.
+_finish_prepared = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state == "PREPARED")
+    .values(next_check_at=bindparam("b_next"), claimed_by=None, claimed_until=None)
+)
+_finish_discarded = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state == "DISCARDED")
+    .values(next_check_at=None, claimed_by=None, claimed_until=None)
+)
+
+_force = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
+    .values(next_check_at=bindparam("b_now"), check_pending_pull=False, claimed_by=None)
+)
+
+_pending_older_than = (
+    select(func.count())
+    .select_from(transactions)
+    .where(t.state == "PREPARED", t.created_at <= bindparam("before"))
+)
+
+_producers_of_group = (
+    select(producers)
+    .where(producers.c.producer_group == bindparam("group"))
+    .order_by(producers.c.client_id)
+)
+_delete_group = delete(producers).where(producers.c.producer_group == bindparam("group"))
+
+
+class CheckStore:
+    conn: Connection
+    _postgres: bool
+
+    def claim_due_transactions(self, now: int, limit: int) -> list[TransactionRecord]:
+        query = _due_locked if self._postgres else _due
+        result = self.conn.execute(query, {"now": now, "limit": limit})
+        return [rows.transaction_record(row) for row in result]
+
+    def live_producers(self, group: str, since: int) -> list[ProducerInstance]:
+        result = self.conn.execute(_live_producers, {"group": group, "since": since})
+        return [rows.producer_instance(row) for row in result]
+
+    def assign_check(
+        self,
+        transaction_id: str,
+        *,
+        client_id: str,
+        pending_pull: bool,
+        check_times: int,
+        until: int,
+        claimed_by: str,
+        now: int,
+    ) -> None:
+        self.conn.execute(
+            _assign,
+            {
+                "b_id": transaction_id,
+                "b_client": client_id,
+                "b_pull": pending_pull,
+                "b_times": check_times,
+                "b_until": until,
+                "b_by": claimed_by,
+                "b_checked": None if pending_pull else now,
+            },
+        )
+
+    def schedule_check(self, transaction_id: str, at: int) -> None:
+        self.conn.execute(_schedule, {"b_id": transaction_id, "b_at": at})
+
+    def discard_transaction(self, transaction_id: str, at: int, reason: str) -> bool:
+        params = {"b_id": transaction_id, "b_at": at, "b_reason": reason}
+        return self.conn.execute(_discard, params).rowcount == 1
+
+    def pending_pull_checks(
+        self, group: str, client_id: str, limit: int
+    ) -> list[TransactionRecord]:
+        query = _pending_pull_locked if self._postgres else _pending_pull
+        result = self.conn.execute(query, {"group": group, "client": client_id, "limit": limit})
+        return [rows.transaction_record(row) for row in result]
+
+    def mark_pulled(self, transaction_id: str, now: int, next_check_at: int) -> None:
+        params = {"b_id": transaction_id, "b_now": now, "b_next": next_check_at}
+        self.conn.execute(_mark_pulled, params)
+
+    def finish_check(self, transaction_id: str, next_check_at: int) -> None:
+        self.conn.execute(_finish_prepared, {"b_id": transaction_id, "b_next": next_check_at})
+        self.conn.execute(_finish_discarded, {"b_id": transaction_id})
+
+    def force_check(self, transaction_id: str, now: int) -> None:
+        self.conn.execute(_force, {"b_id": transaction_id, "b_now": now})
+
+    def pending_by_age(self, now: int, ages_ms: Sequence[int]) -> dict[int, int]:
+        return {
+            age: int(self.conn.execute(_pending_older_than, {"before": now - age}).scalar_one())
+            for age in ages_ms
+        }
+
+    def list_producers(self, group: str) -> list[ProducerInstance]:
+        result = self.conn.execute(_producers_of_group, {"group": group})
+        return [rows.producer_instance(row) for row in result]
+
+    def delete_producer_group(self, group: str) -> int:
+        return self.conn.execute(_delete_group, {"group": group}).rowcount
