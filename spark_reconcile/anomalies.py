@@ -5,7 +5,8 @@ Inputs are the frames ``extract`` prepares (columns as in the broker's store, ti
 * ``transactions``  transaction_id, msg_id, producer_group, topic, state, created_at, resolved_at,
                     discarded_at
 * ``messages``      id, topic, msg_id, tags, keys, properties, transaction_id, origin_id, stored_at
-                    (messages with a transaction id, and dead-letter copies)
+                    (the messages that have a transaction id)
+* ``dlq``           the same columns, for the dead-letter copies (topics ``%DLQ%{group}``)
 * ``subscriptions`` consumer_group, topic, expression, created_at
 * ``acks``          consumer_group, msg_id (deliveries in state ACKED)
 * ``ledger``        bank, business_id, account_id, amount (>= 0), direction (DEBIT|CREDIT), created_at
@@ -249,18 +250,18 @@ def duplicate_reals(view: DataFrame) -> DataFrame:
 # --- consumers: acks and dead letters -----------------------------------------------------------
 
 
-def dead_letters(view: DataFrame, messages: DataFrame) -> DataFrame:
+def dead_letters(view: DataFrame, dlq: DataFrame) -> DataFrame:
     """Dead-letter copies of the day's real messages: consumer_group, msg_id and when, matched on
     the msg id or on ``origin_id`` pointing at the real message."""
-    dlq = messages.where(F.col("topic").startswith(DLQ_PREFIX)).select(
+    copies = dlq.where(F.col("topic").startswith(DLQ_PREFIX)).select(
         F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group"),
         F.col("msg_id").alias("dlq_msg_id"),
         "origin_id",
         F.col("stored_at").alias("dlq_at"),
     )
     real = view.where(F.col("real_count") > 0)
-    by_msg = real.join(dlq, real["msg_id"] == dlq["dlq_msg_id"])
-    by_origin = real.join(dlq, real["real_id"] == dlq["origin_id"])
+    by_msg = real.join(copies, real["msg_id"] == copies["dlq_msg_id"])
+    by_origin = real.join(copies, real["real_id"] == copies["origin_id"])
     return (
         by_msg.unionByName(by_origin)
         .groupBy("transaction_id", "msg_id", "keys", "business_id", "created_at", "consumer_group")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import DataFrame
@@ -14,15 +15,20 @@ def detect(
     *,
     transactions: DataFrame,
     messages: DataFrame,
+    dlq: DataFrame,
     subscriptions: DataFrame,
     acks: DataFrame,
     ledger: DataFrame | None,
     window: Window,
     mapping: KeyMapping,
     thresholds: Thresholds,
+    keep: Callable[[DataFrame], DataFrame] = lambda df: df,
 ) -> DataFrame:
-    view = A.transaction_view(transactions, messages, window, mapping)
-    dead = A.dead_letters(view, messages)
+    """The union of every check.  ``keep`` is given the frames several checks read (the view of
+    the transactions, the dead letters, the books): the job persists them so each is computed
+    once."""
+    view = keep(A.transaction_view(transactions, messages, window, mapping))
+    dead = keep(A.dead_letters(view, dlq))
     found = [
         A.stuck_halves(view, as_of=window.as_of, older_than=thresholds.stuck_ms),
         A.discarded_halves(view),
@@ -41,7 +47,7 @@ def detect(
         A.dead_lettered(dead),
     ]
     if ledger is not None:
-        books = A.ledger_view(view, ledger, window)
+        books = keep(A.ledger_view(view, ledger, window))
         found += [
             A.debit_without_credit(books, as_of=window.as_of, older_than=thresholds.credit_lag_ms),
             A.credit_without_debit(books),

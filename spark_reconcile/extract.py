@@ -54,6 +54,7 @@ ACK_COLUMNS = {"consumer_group": "string", "msg_id": "string"}
 class StoreFrames:
     transactions: DataFrame
     messages: DataFrame
+    dlq: DataFrame
     subscriptions: DataFrame
     acks: DataFrame
 
@@ -130,6 +131,7 @@ def store_from_jdbc(
     return StoreFrames(
         transactions=_typed(_jdbc_transactions(reader, window), TRANSACTION_COLUMNS),
         messages=_typed(_jdbc_messages(reader, window), MESSAGE_COLUMNS),
+        dlq=_typed(_jdbc_dlq(reader, window), MESSAGE_COLUMNS),
         subscriptions=_typed(
             reader.query(f"SELECT {_quoted(list(SUBSCRIPTION_COLUMNS))} FROM subscriptions"),
             SUBSCRIPTION_COLUMNS,
@@ -161,10 +163,19 @@ def _jdbc_transactions(reader: JdbcReader, window: Window) -> DataFrame:
 def _jdbc_messages(reader: JdbcReader, window: Window) -> DataFrame:
     where = (
         f"stored_at >= {window.read_from} AND stored_at < {window.horizon} "
-        f"AND (transaction_id IS NOT NULL OR substr(topic, 1, {len(DLQ_PREFIX)}) = '{DLQ_PREFIX}')"
+        "AND transaction_id IS NOT NULL"
     )
     sql = f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages WHERE {where}"
     return reader.partitioned(sql, "id", reader.bounds("messages", "id", where))
+
+
+def _jdbc_dlq(reader: JdbcReader, window: Window) -> DataFrame:
+    sql = (
+        f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages "
+        f"WHERE stored_at >= {window.read_from} AND stored_at < {window.horizon} "
+        f"AND substr(topic, 1, {len(DLQ_PREFIX)}) = '{DLQ_PREFIX}'"
+    )
+    return reader.query(sql)
 
 
 def _jdbc_acks(reader: JdbcReader, window: Window) -> DataFrame:
@@ -200,9 +211,7 @@ def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreF
         (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
     )
     messages = _export_table(spark, root, "messages", window.read_from, window.horizon).where(
-        (F.col("stored_at") >= window.read_from)
-        & (F.col("stored_at") < window.horizon)
-        & (F.col("transaction_id").isNotNull() | F.col("topic").startswith(DLQ_PREFIX))
+        (F.col("stored_at") >= window.read_from) & (F.col("stored_at") < window.horizon)
     )
     deliveries = _export_table(spark, root, "deliveries", window.read_from, window.horizon).where(
         (F.col("state") == "ACKED")
@@ -219,7 +228,8 @@ def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreF
     )
     return StoreFrames(
         transactions=_typed(tx, TRANSACTION_COLUMNS),
-        messages=_typed(messages, MESSAGE_COLUMNS),
+        messages=_typed(messages.where(F.col("transaction_id").isNotNull()), MESSAGE_COLUMNS),
+        dlq=_typed(messages.where(F.col("topic").startswith(DLQ_PREFIX)), MESSAGE_COLUMNS),
         subscriptions=_typed(subs, SUBSCRIPTION_COLUMNS),
         acks=_typed(deliveries, ACK_COLUMNS),
     )

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy.engine import make_url
 
 from spark_reconcile import extract, load
@@ -48,22 +48,33 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         assert config.parquet is not None
         store = extract.store_from_parquet(spark, config.parquet, window)
     ledger = extract.read_ledgers(spark, config.ledgers, window, config.jdbc_partitions)
-    found = detect(
-        transactions=store.transactions,
-        messages=store.messages,
-        subscriptions=store.subscriptions,
-        acks=store.acks,
-        ledger=ledger,
-        window=window,
-        mapping=config.key_mapping,
-        thresholds=config.thresholds,
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    kept: list[DataFrame] = []
+
+    def keep(df: DataFrame) -> DataFrame:
+        kept.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return kept[-1]
+
     try:
+        found = keep(
+            detect(
+                transactions=store.transactions,
+                messages=store.messages,
+                dlq=store.dlq,
+                subscriptions=store.subscriptions,
+                acks=store.acks,
+                ledger=ledger,
+                window=window,
+                mapping=config.key_mapping,
+                thresholds=config.thresholds,
+                keep=keep,
+            ).repartition("kind")
+        )
         counts = load.count_by_kind(found)
         load.write_anomalies(found, config.out, config.day)
         picked = load.samples(found, SAMPLES_PER_KIND)
     finally:
-        found.unpersist()
+        for df in kept:
+            df.unpersist()
     load.write_counts(spark, counts, config.out, config.day)
     summary = Summary(
         day=config.day,
