@@ -25,7 +25,7 @@ from broker_service.domain.transactions import Resolution
 def body_text(message: StoredMessage) -> str:
     if message.encoding == "base64":
         return base64.b64encode(message.body).decode("ascii")
-    return message.body.decode("utf-8", errors="surrogateescape")
+    return message.body.decode("utf-8", errors="replace")  # stored utf-8 bodies are valid
 
 
 def message_fields(message: StoredMessage) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,7 +39,7 @@ _STATUS: list[tuple[type[BrokerError], int]] = [
 ]
 
 _HTTP_CODES = {
-    400: "INVALID_REQUEST",
+    400: "INVALID_JSON",  # FastAPI's only 400: a body it cannot parse (e.g. nested too deep)
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
     413: "MESSAGE_TOO_LARGE",
@@ -49,7 +50,7 @@ _HTTP_CODES = {
 def envelope(status: int, code: str, message: str, **detail: Any) -> JSONResponse:
     headers = {"Retry-After": "1"} if status in (429, 503) else None
     return JSONResponse(
-        {"error": {"code": code, "message": message, "detail": detail}},
+        {"error": {"code": code, "message": _text(message), "detail": _plain(detail)}},
         status_code=status,
         headers=headers,
     )
@@ -65,17 +66,26 @@ def status_of(error: BrokerError) -> int:
 def _plain(value: Any) -> Any:
     """Validation details may hold exceptions and bytes; keep them JSON-safe."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {_text(str(k)): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, str | int | float | bool) or value is None:
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, int | float | bool) or value is None:
         return value
-    return str(value)
+    return _text(str(value))
+
+
+def _text(value: str) -> str:
+    """Echoed input may hold lone surrogates, which UTF-8 cannot carry: replace them."""
+    return value.encode("utf-8", errors="replace").decode("utf-8")
 
 
 async def _broker_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BrokerError)
-    return envelope(status_of(exc), exc.code, exc.message, **_plain(exc.detail))
+    return envelope(status_of(exc), exc.code, exc.message, **exc.detail)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

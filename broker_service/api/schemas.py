@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
 
 from broker_service.domain.errors import InvalidRequest
-from broker_service.domain.model import Encoding, MessageDraft
+from broker_service.domain.model import RESERVED_PROPERTIES, Encoding, MessageDraft
+from broker_service.settings import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
+# Epoch milliseconds a time may take: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z (RFC 3339's years).
+MIN_TIME_MS = -62_135_596_800_000
+MAX_TIME_MS = 253_402_300_799_999
 
 
 def rfc3339(ms: int | None) -> str | None:
@@ -21,23 +34,31 @@ def rfc3339(ms: int | None) -> str | None:
 
 
 def _parse_time(value: Any) -> Any:
-    """RFC 3339 strings or epoch milliseconds, to epoch milliseconds."""
+    """RFC 3339 strings or epoch milliseconds (numbers or digit strings), to epoch milliseconds."""
     if isinstance(value, bool):
         raise ValueError("a time is an RFC 3339 string or epoch milliseconds")
-    if isinstance(value, int | float):
-        return int(value)
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
-            return int(text)
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"{value!r} is not an RFC 3339 time or epoch milliseconds") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return int(moment.timestamp() * 1000)
+        if not (text.isascii() and text.lstrip("-").isdigit()):
+            return _parse_rfc3339(text)
+        value = int(text)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("a time must be a finite number of epoch milliseconds")
+        value = int(value)
+    if isinstance(value, int) and not MIN_TIME_MS <= value <= MAX_TIME_MS:
+        raise ValueError(f"{value} epoch milliseconds is outside the years 0001-9999")
     return value
+
+
+def _parse_rfc3339(text: str) -> int:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an RFC 3339 time or epoch milliseconds") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
 
 
 TimeIn = Annotated[
@@ -45,12 +66,50 @@ TimeIn = Annotated[
     BeforeValidator(_parse_time),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "string", "format": "date-time"}, {"type": "integer"}],
+            "anyOf": [
+                {"type": "string", "format": "date-time"},
+                {"type": "integer", "minimum": MIN_TIME_MS, "maximum": MAX_TIME_MS},
+            ],
             "description": "RFC 3339 time or epoch milliseconds",
         }
     ),
 ]
-Name = Annotated[str, Field(min_length=1, max_length=127, pattern=r"^[A-Za-z0-9_-]{1,127}$")]
+
+# Names are checked by the domain (400 INVALID_TOPIC_NAME, SYSTEM_TOPIC, ...); the schema describes them.
+NAME_SCHEMA: dict[str, Any] = {
+    "pattern": "^[A-Za-z0-9_-]{1,127}$",
+    "minLength": 1,
+    "maxLength": 127,
+}
+USER_TOPIC_SCHEMA: dict[str, Any] = {
+    **NAME_SCHEMA,
+    "not": {"pattern": "^(RMQ_SYS_|SCHEDULE_TOPIC_)"},
+    "description": "A topic name; RMQ_SYS_*, SCHEDULE_TOPIC_*, %RETRY%*, %DLQ%* are the broker's own",
+}
+Name = Annotated[str, Field(min_length=1, max_length=127, pattern=NAME_SCHEMA["pattern"])]
+
+
+def _storable(value: str) -> str:
+    """Text the stores can keep: valid Unicode (no lone surrogates) and no NUL (PostgreSQL)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (it holds a lone surrogate)") from None
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+DEFAULT_LEVEL_COUNT = len(parse_delay_levels(DEFAULT_DELAY_LEVELS))
+TEXT_PATTERN = "^[^\\u0000]*$"
+PROPERTY_NAME_SCHEMA: dict[str, Any] = {
+    "minLength": 1,
+    "maxLength": 128,
+    "pattern": TEXT_PATTERN,
+    "not": {"enum": sorted(RESERVED_PROPERTIES)},
+}
+Storable = Annotated[str, AfterValidator(_storable)]
+Text = Annotated[Storable, Field(json_schema_extra={"pattern": TEXT_PATTERN})]
 
 
 class Strict(BaseModel):
@@ -70,19 +129,59 @@ class ErrorEnvelope(BaseModel):
 # -- messages ------------------------------------------------------------------------------------
 
 
+BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
 class MessageIn(Strict):
+    # A base64 body must decode (else 422 INVALID_BODY_ENCODING), as the schema says with if/then.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"encoding": {"const": "base64"}}, "required": ["encoding"]},
+            "then": {"properties": {"body": {"pattern": BASE64_PATTERN}}},
+        },
+    )
+
     body: str = Field(description="The body: text, or base64 when encoding is base64")
     encoding: Literal["utf-8", "base64"] = "utf-8"
-    tags: str | None = Field(None, max_length=128)
-    keys: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
-        default_factory=list, max_length=32
+    # tags and keys are checked by the domain (422 INVALID_TAG, INVALID_KEYS); described here.
+    tags: (
+        Annotated[
+            str,
+            AfterValidator(_storable),
+            Field(json_schema_extra={"pattern": "^[^|\\s\\u0000]{1,128}$"}),
+        ]
+        | None
+    ) = Field(None, description="1-128 characters, no '|' and no whitespace")
+    keys: list[
+        Annotated[
+            str,
+            AfterValidator(_storable),
+            Field(json_schema_extra={"minLength": 1, "maxLength": 128, "pattern": TEXT_PATTERN}),
+        ]
+    ] = Field(default_factory=list, json_schema_extra={"maxItems": 32})
+    properties: dict[
+        Annotated[str, AfterValidator(_storable), Field(min_length=1, max_length=128)], Text
+    ] = Field(
+        default_factory=dict,
+        description="Checked by the domain: the broker's own names are 422 RESERVED_PROPERTY",
+        json_schema_extra={"propertyNames": PROPERTY_NAME_SCHEMA},
     )
-    properties: dict[Annotated[str, Field(min_length=1, max_length=128)], str] = Field(
-        default_factory=dict
+    sharding_key: Annotated[Text, Field(min_length=1, max_length=255)] | None = None
+    queue_id: int | None = Field(
+        None, ge=0, le=1_000_000, description="0 to the topic's queues - 1 (else 422)"
     )
-    sharding_key: str | None = Field(None, min_length=1, max_length=255)
-    queue_id: int | None = Field(None, ge=0, le=1_000_000)
-    delay_level: int | None = Field(None, ge=0, le=1000)
+    delay_level: (
+        Annotated[
+            int,
+            Field(ge=0, le=1000, json_schema_extra={"maximum": DEFAULT_LEVEL_COUNT}),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="RocketMQ's levels 1-18 (as many as the broker's message_delay_level has; "
+        "others are 422 INVALID_DELAY_LEVEL); 0 or null: no delay",
+    )
     deliver_at: TimeIn | None = None
     msg_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
 
@@ -95,7 +194,13 @@ class MessageIn(Strict):
                     "body is not valid base64", code="INVALID_BODY_ENCODING"
                 ) from None
         else:
-            body = self.body.encode("utf-8", errors="surrogatepass")
+            try:
+                body = self.body.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidRequest(
+                    "body is not valid Unicode text (a lone surrogate); send bytes as base64",
+                    code="INVALID_BODY_ENCODING",
+                ) from None
         return MessageDraft(
             body=body,
             encoding=Encoding(self.encoding),
@@ -152,7 +257,7 @@ class BatchResultOut(BaseModel):
 
 
 class TopicIn(Strict):
-    name: str = Field(min_length=1, max_length=255)
+    name: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
     queues: int | None = Field(None, ge=1, le=1024, description="Default: default_topic_queues")
     order: bool = False
 
@@ -180,8 +285,8 @@ class TopicListOut(BaseModel):
 
 
 class TransactionIn(MessageIn):
-    topic: str = Field(min_length=1, max_length=255)
-    producer_group: Name
+    topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
+    producer_group: str = Field(json_schema_extra=NAME_SCHEMA)
     check_immunity_seconds: float | None = Field(None, ge=0, le=86_400 * 7)
 
 
@@ -228,9 +333,9 @@ class TransactionListOut(BaseModel):
 
 
 class HeartbeatIn(Strict):
-    client_id: str = Field(min_length=1, max_length=255)
-    callback_url: str | None = Field(None, max_length=2048)
-    topics: list[Annotated[str, Field(max_length=255)]] = Field(
+    client_id: Annotated[Text, Field(min_length=1, max_length=255)]
+    callback_url: Annotated[Text, Field(max_length=2048)] | None = None
+    topics: list[Annotated[Text, Field(max_length=255)]] = Field(
         default_factory=list, max_length=1000, description="Topics this instance produces to"
     )
 
@@ -259,6 +364,31 @@ class MessageLifeOut(MessageOut):
 
 class MessageListOut(BaseModel):
     messages: list[MessageOut]
+
+
+def _unicode_only(value: Any) -> Any:
+    """JSON the broker can answer with: valid Unicode strings, nested at most MAX_JSON_DEPTH deep
+    (walked without recursion, as JSON can nest deeper than Python's stack)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("strings must be valid Unicode (no lone surrogates)") from None
+        elif isinstance(item, dict):
+            pending.extend((k, depth) for k in item)
+            pending.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            pending.extend((v, depth + 1) for v in item)
+    return value
+
+
+MAX_JSON_DEPTH = 64
+AnyJson = Annotated[Any, AfterValidator(_unicode_only)]
 
 
 class EchoOut(BaseModel):

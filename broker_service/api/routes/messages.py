@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from broker_service.api import convert
 from broker_service.api.deps import ServiceDep
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.params import IdPath, KeyQuery, TopicQuery
 from broker_service.api.schemas import MessageLifeOut, MessageListOut, TimeIn
 from broker_service.domain.ports import MessageQuery
 
@@ -16,15 +17,15 @@ router = APIRouter(prefix="/v1/messages", tags=["messages"], responses=ERROR_RES
 
 
 @router.get("/{msg_id}", response_model=MessageLifeOut)
-async def get_message(msg_id: str, service: ServiceDep) -> MessageLifeOut:
+async def get_message(msg_id: IdPath, service: ServiceDep) -> MessageLifeOut:
     return convert.life_out(await service.message_life(msg_id))
 
 
 @router.get("", response_model=MessageListOut)
 async def find_messages(
     service: ServiceDep,
-    topic: Annotated[str | None, Query(max_length=255)] = None,
-    key: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    topic: TopicQuery = None,
+    key: KeyQuery = None,
     begin: Annotated[TimeIn | None, Query()] = None,
     end: Annotated[TimeIn | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 32,

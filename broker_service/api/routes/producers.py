@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from broker_service.api.deps import MetricsDep, ServiceDep, SettingsDep
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.params import GroupName
 from broker_service.api.schemas import HeartbeatIn, HeartbeatOut
 
 router = APIRouter(
@@ -15,7 +16,7 @@ router = APIRouter(
 
 @router.post("/{group}/heartbeat", response_model=HeartbeatOut)
 async def heartbeat(
-    group: str,
+    group: GroupName,
     body: HeartbeatIn,
     service: ServiceDep,
     metrics: MetricsDep,

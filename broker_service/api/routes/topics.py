@@ -7,6 +7,7 @@ from fastapi import APIRouter, Response, status
 from broker_service.api import convert
 from broker_service.api.deps import MetricsDep, ServiceDep
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.params import TopicName, UserTopicName
 from broker_service.api.schemas import (
     BatchIn,
     BatchResultOut,
@@ -20,7 +21,12 @@ from broker_service.api.schemas import (
 router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=ERROR_RESPONSES)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=TopicOut)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TopicOut,
+    responses={200: {"model": TopicOut, "description": "The topic exists with the same config"}},
+)
 async def create_topic(body: TopicIn, service: ServiceDep, response: Response) -> TopicOut:
     """Create a topic; the same config again is 200, another config 409."""
     result = await service.create_topic(body.name, body.queues, body.order)
@@ -35,19 +41,19 @@ async def list_topics(service: ServiceDep) -> TopicListOut:
 
 
 @router.get("/{topic}", response_model=TopicOut)
-async def get_topic(topic: str, service: ServiceDep) -> TopicOut:
+async def get_topic(topic: TopicName, service: ServiceDep) -> TopicOut:
     return convert.topic_out(await service.get_topic(topic))
 
 
 @router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_topic(topic: str, service: ServiceDep) -> Response:
+async def delete_topic(topic: UserTopicName, service: ServiceDep) -> Response:
     await service.delete_topic(topic)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/{topic}/messages", status_code=status.HTTP_201_CREATED, response_model=SendResultOut)
 async def send_message(
-    topic: str, body: MessageIn, service: ServiceDep, metrics: MetricsDep
+    topic: UserTopicName, body: MessageIn, service: ServiceDep, metrics: MetricsDep
 ) -> SendResultOut:
     """Store one message; a retransmit with the same ``msg_id`` and content is answered again."""
     (receipt,) = await service.send(topic, [body.to_draft()])
@@ -59,7 +65,7 @@ async def send_message(
     "/{topic}/messages:batch", status_code=status.HTTP_201_CREATED, response_model=BatchResultOut
 )
 async def send_batch(
-    topic: str, body: BatchIn, service: ServiceDep, metrics: MetricsDep
+    topic: UserTopicName, body: BatchIn, service: ServiceDep, metrics: MetricsDep
 ) -> BatchResultOut:
     """Store every message of the batch, in order, or none of them."""
     receipts = await service.send(topic, [m.to_draft() for m in body.messages])

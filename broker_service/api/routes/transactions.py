@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, status
 from broker_service.api import convert
 from broker_service.api.deps import MetricsDep, ServiceDep
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.params import GroupQuery, IdPath
 from broker_service.api.schemas import (
     DecisionIn,
     HalfOut,
@@ -36,7 +37,7 @@ async def send_half(body: TransactionIn, service: ServiceDep, metrics: MetricsDe
 
 
 async def _resolve(
-    transaction_id: str,
+    transaction_id: IdPath,
     decision: Decision,
     body: DecisionIn | None,
     service: ServiceDep,
@@ -53,7 +54,7 @@ async def _resolve(
 
 @router.post("/{transaction_id}/commit", response_model=ResolutionOut)
 async def commit(
-    transaction_id: str, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
+    transaction_id: IdPath, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
 ) -> ResolutionOut:
     """Append the op record and put the message into its real topic, atomically."""
     return await _resolve(transaction_id, Decision.COMMIT, body, service, metrics)
@@ -61,14 +62,14 @@ async def commit(
 
 @router.post("/{transaction_id}/rollback", response_model=ResolutionOut)
 async def rollback(
-    transaction_id: str, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
+    transaction_id: IdPath, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
 ) -> ResolutionOut:
     """Append the op record only: the message is never delivered."""
     return await _resolve(transaction_id, Decision.ROLLBACK, body, service, metrics)
 
 
 @router.get("/{transaction_id}", response_model=TransactionOut)
-async def get_transaction(transaction_id: str, service: ServiceDep) -> TransactionOut:
+async def get_transaction(transaction_id: IdPath, service: ServiceDep) -> TransactionOut:
     return convert.transaction_out(await service.get_transaction(transaction_id))
 
 
@@ -76,7 +77,7 @@ async def get_transaction(transaction_id: str, service: ServiceDep) -> Transacti
 async def list_transactions(
     service: ServiceDep,
     state: Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"] | None = None,
-    producer_group: Annotated[str | None, Query(max_length=255)] = None,
+    producer_group: GroupQuery = None,
     older_than_seconds: Annotated[float | None, Query(ge=0, le=10**9)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TransactionListOut:
