@@ -69,7 +69,9 @@ class BrokerSettings(BaseSettings):
     check_timeout_seconds: float = Field(
         3, gt=0, description="How long a push check waits for the producer's answer"
     )
-    check_round_max: int = Field(1000, ge=1, description="Most halves one check round claims")
+    check_round_max: int = Field(
+        10_000, ge=1, description="Most due halves one check round handles (the rest wait a round)"
+    )
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     max_reconsume_times: int = Field(16, ge=0)
     scheduler: bool = Field(True, description="Run the background schedulers in this process")

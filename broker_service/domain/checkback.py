@@ -161,7 +161,8 @@ class CheckBack:
                 client_id=instance.client_id,
                 pending_pull=False,
                 check_times=check_times,
-                until=now + policy.push_timeout_ms + policy.interval_ms,
+                # in flight: not due again until well after the push has had its answer
+                until=now + 2 * policy.push_timeout_ms + policy.interval_ms,
                 claimed_by=policy.broker_id,
                 now=now,
             )

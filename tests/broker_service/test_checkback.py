@@ -3,7 +3,9 @@ answer checks from their own local database -- push and pull, on both stores."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +245,60 @@ def test_operator_can_check_a_discarded_transaction_again(
     assert response.status_code == 200
     wait_until(lambda: _state(broker, txid)["state"] == "ROLLED_BACK", 30, "the operator's check")
     assert _state(broker, txid)["resolved_by"] == "check"
+
+
+@pytest.fixture
+def pg_migrated(pg_url: str) -> str:
+    from broker_service.store import migrate
+
+    migrate.upgrade(pg_url)
+    return pg_url
+
+
+async def test_two_brokers_on_postgresql_check_each_due_half_once(
+    pg_migrated: str, programs: list[Program], tmp_path: Path
+) -> None:
+    brokers = [
+        BrokerProcess(pg_migrated, free_port(), tmp_path / f"broker-{n}.log", *FAST)
+        for n in range(2)
+    ]
+    for broker in brokers:
+        broker.start()
+    try:
+        async with httpx.AsyncClient(base_url=brokers[0].url, timeout=30) as client:
+            await client.post("/v1/topics", json={"name": "transfers", "queues": 4})
+            limit = asyncio.Semaphore(50)
+
+            async def half(n: int) -> str:
+                async with limit:
+                    response = await client.post(
+                        "/v1/transactions",
+                        json={"topic": "transfers", "producer_group": "bob", "body": str(n),
+                              "keys": [f"t-{n}"]},
+                    )  # fmt: skip
+                    return str(response.json()["transaction_id"])
+
+            txids = await asyncio.gather(*(half(n) for n in range(1000)))
+        local = tmp_path / "bob.db"
+        answering = Program("tests.producer_app", "serve", brokers[1].url, "bob", str(local),
+                            "--mode", "push", "--answer", "COMMIT")  # fmt: skip
+        programs.append(answering)
+        answering.first_line()
+
+        def committed() -> int:
+            listed = httpx.get(
+                f"{brokers[0].url}/v1/transactions",
+                params={"state": "COMMITTED", "limit": 1000},
+                timeout=10,
+            ).json()["transactions"]
+            return len(listed)
+
+        wait_until(lambda: committed() == 1000, 120, "every half to be checked and committed")
+        checks = _checks(local)
+        per_half = Counter(txid for txid, _times, _client in checks)
+        assert set(per_half) == set(txids)
+        assert set(per_half.values()) == {1}, "a half was checked twice"
+        assert_transactions_consistent(pg_migrated)
+    finally:
+        for broker in brokers:
+            broker.stop()
