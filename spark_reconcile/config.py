@@ -108,7 +108,7 @@ class ReconcileConfig:
     thresholds: Thresholds = Thresholds()
     look_back_ms: int = DAY_MS
     as_of: int | None = None
-    master: str = "local[*]"
+    master: str = ""  # "" : local[*], or what spark-submit chose
     jdbc_partitions: int = 8
     shuffle_partitions: int = 16
     jars: tuple[str, ...] = ()

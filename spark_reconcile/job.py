@@ -26,7 +26,7 @@ def session_for(config: ReconcileConfig, driver_memory: str | None = "4g") -> Sp
         urls.append(config.store_url)
     jars = find_jars([driver_for(u) for u in urls], config.jars)
     return build_session(
-        master=config.master,
+        master=config.master or None,
         jars=jars,
         shuffle_partitions=config.shuffle_partitions,
         driver_memory=driver_memory,
