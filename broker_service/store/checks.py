@@ -19,9 +19,12 @@ from broker_service.store.schema import producers, transactions
 t = transactions.c
 _OPEN = ("PREPARED", "DISCARDED")
 
+# ``next_check_at`` is set only while a half is open (PREPARED, or DISCARDED and forced by an
+# operator); every way out of those states clears it.  So this lookup needs no state condition --
+# with one, SQLite (which keeps no statistics) would walk the state index and sort every pending half.
 _due = (
     select(transactions)
-    .where(t.next_check_at <= bindparam("now"), t.state.in_(_OPEN))
+    .where(t.next_check_at <= bindparam("now"))
     .order_by(t.next_check_at)
     .limit(bindparam("limit"))
 )
