@@ -151,6 +151,15 @@ class BrokerClient:
         )
         return self._list(self._request("GET", "/v1/transactions", params=params), "transactions")
 
+    def resolve_transaction(self, transaction_id: str, decision: str) -> Json:
+        """An operator's commit or rollback (no producer group: resolved_by is "operator")."""
+        path = f"/v1/transactions/{_segment(transaction_id)}/{decision}"
+        return self._json(self._request("POST", path, json={}))
+
+    def check_transaction(self, transaction_id: str) -> Json:
+        path = f"/v1/transactions/{_segment(transaction_id)}/check"
+        return self._json(self._request("POST", path))
+
     # -- queries ---------------------------------------------------------------------------------
 
     def get_message(self, msg_id: str) -> Json:

@@ -1,4 +1,4 @@
-"""``halfmq transaction show|list``: the state of half messages."""
+"""``halfmq transaction show|list|resolve|check``: half messages, and an operator's hand on them."""
 
 from __future__ import annotations
 
@@ -96,6 +96,44 @@ def list_(
         as_json,
         lambda answer: render_transactions(answer["transactions"]),
     )
+
+
+class Decision(StrEnum):
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+
+
+TransactionIdArgument = Annotated[
+    str, typer.Argument(metavar="TRANSACTION_ID", help="The transaction's id.", show_default=False)
+]
+
+
+@app.command("resolve")
+def resolve(
+    transaction_id: TransactionIdArgument,
+    decision: Annotated[Decision, typer.Argument(case_sensitive=False, help="commit or rollback")],
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Commit or roll back a transaction as an operator (e.g. a DISCARDED one)."""
+    with connect(broker, timeout, as_json) as client:
+        answer = client.resolve_transaction(transaction_id, decision.value)
+        record = client.get_transaction(transaction_id)
+    show(answer if as_json else record, as_json, render_transaction)
+
+
+@app.command("check")
+def check(
+    transaction_id: TransactionIdArgument,
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Check a transaction with its producer group again now (also a DISCARDED one)."""
+    with connect(broker, timeout, as_json) as client:
+        record = client.check_transaction(transaction_id)
+    show(record, as_json, render_transaction)
 
 
 def state_text(state: str) -> Text:

@@ -232,6 +232,26 @@ def test_transaction_show_and_list(broker_process: BrokerProcess) -> None:
     assert "TRANSACTION_NOT_FOUND" in missing.stderr
 
 
+def test_transaction_resolve_and_check_as_an_operator(broker_process: BrokerProcess) -> None:
+    url = broker_process.url
+    ok(url, "topic", "create", "transfers", "--queues", "1")
+    first = _half(url, "bank", "t-1")
+    second = _half(url, "bank", "t-2")
+    checked = ok_json(url, "transaction", "check", first["transaction_id"])
+    assert checked["state"] == "PREPARED"
+    rolled = ok_json(url, "transaction", "resolve", first["transaction_id"], "rollback")
+    assert rolled["state"] == "ROLLED_BACK"
+    panel = ok(url, "transaction", "resolve", second["transaction_id"], "COMMIT")
+    assert "COMMITTED" in panel
+    assert "operator" in panel
+    again = halfmq(url, "transaction", "resolve", first["transaction_id"], "commit")
+    assert again.exit_code == 1
+    assert "TRANSACTION_ALREADY_RESOLVED" in again.stderr
+    late = halfmq(url, "transaction", "check", first["transaction_id"])
+    assert late.exit_code == 1
+    assert "TRANSACTION_ALREADY_RESOLVED" in late.stderr
+
+
 def test_message_get_and_find(broker_process: BrokerProcess) -> None:
     url = broker_process.url
     ok(url, "topic", "create", "orders", "--queues", "2")
