@@ -17,35 +17,52 @@ from broker_service.domain.model import (
     TransactionState,
 )
 
+MESSAGE_COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "msg_id",
+    "dedup_key",
+    "content_hash",
+    "body",
+    "encoding",
+    "tags",
+    "keys",
+    "properties",
+    "sharding_key",
+    "transaction_id",
+    "producer_group",
+    "born_at",
+    "stored_at",
+    "deliver_at",
+    "reconsume_times",
+    "origin_id",
+)
 
-def _json(value: Any) -> str | None:
-    if not value:
-        return None
-    return orjson.dumps(value).decode()
 
-
-def message_values(message: PendingMessage) -> dict[str, Any]:
-    return {
-        "topic": message.topic,
-        "queue_id": message.queue_id,
-        "queue_offset": message.queue_offset,
-        "msg_id": message.msg_id,
-        "dedup_key": message.dedup_key,
-        "content_hash": message.content_hash,
-        "body": message.body,
-        "encoding": message.encoding,
-        "tags": message.tags,
-        "keys": _json(list(message.keys)),
-        "properties": _json(dict(message.properties)),
-        "sharding_key": message.sharding_key,
-        "transaction_id": message.transaction_id,
-        "producer_group": message.producer_group,
-        "born_at": message.born_at,
-        "stored_at": message.stored_at,
-        "deliver_at": message.deliver_at,
-        "reconsume_times": message.reconsume_times,
-        "origin_id": message.origin_id,
-    }
+def message_row(m: PendingMessage) -> tuple[Any, ...]:
+    """The message as driver values, in ``MESSAGE_COLUMNS`` order."""
+    return (
+        m.topic,
+        m.queue_id,
+        m.queue_offset,
+        m.msg_id,
+        m.dedup_key,
+        m.content_hash,
+        m.body,
+        m.encoding,
+        m.tags,
+        orjson.dumps(list(m.keys)).decode() if m.keys else None,
+        orjson.dumps(dict(m.properties)).decode() if m.properties else None,
+        m.sharding_key,
+        m.transaction_id,
+        m.producer_group,
+        m.born_at,
+        m.stored_at,
+        m.deliver_at,
+        m.reconsume_times,
+        m.origin_id,
+    )
 
 
 def stored_message(row: Row[Any]) -> StoredMessage:

@@ -101,9 +101,21 @@ messages = Table(
     # Set on broker-made copies: the id (commit-log position) of the message it copies.
     Column("origin_id", BigInteger, nullable=True),
     UniqueConstraint("topic", "queue_id", "queue_offset"),
-    UniqueConstraint("dedup_key"),
     Index("ix_messages_msg_id", "msg_id"),
-    Index("ix_messages_transaction_id", "transaction_id"),
+    # Partial: most messages have neither, and every index costs each insert.
+    Index(
+        "uq_messages_dedup_key",
+        "dedup_key",
+        unique=True,
+        sqlite_where=text("dedup_key IS NOT NULL"),
+        postgresql_where=text("dedup_key IS NOT NULL"),
+    ),
+    Index(
+        "ix_messages_transaction_id",
+        "transaction_id",
+        sqlite_where=text("transaction_id IS NOT NULL"),
+        postgresql_where=text("transaction_id IS NOT NULL"),
+    ),
     Index("ix_messages_stored_at", "stored_at"),
     # Delayed messages still waiting: the release scheduler's lookup.
     Index(

@@ -74,20 +74,16 @@ class SqlTx(CheckStore):
         if self._appended:
             pending, self._appended = self._appended, []
             self._assign_offsets(pending)
-            self.conn.execute(sql.insert_message, [rows.message_values(m) for m in pending])
-            keys = [
-                {
-                    "key": key,
-                    "stored_at": m.stored_at,
-                    "topic": m.topic,
-                    "queue_id": m.queue_id,
-                    "queue_offset": m.queue_offset,
-                }
-                for m in pending
-                for key in dict.fromkeys(m.keys)
-            ]
-            if keys:
-                self.conn.execute(sql.insert_message_key, keys)
+            sql.insert_messages.execute(self.conn, [rows.message_row(m) for m in pending])
+            sql.insert_message_keys.execute(
+                self.conn,
+                [
+                    (key, m.stored_at, m.topic, m.queue_id, m.queue_offset)
+                    for m in pending
+                    if m.keys
+                    for key in dict.fromkeys(m.keys)
+                ],
+            )
             self._sent.clear()
         if self._transactions:
             records, self._transactions = self._transactions, []

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import and_, bindparam, func, insert, select, tuple_, update
 
+from broker_service.store.bulk import BulkInsert
+from broker_service.store.rows import MESSAGE_COLUMNS
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -30,8 +32,10 @@ set_next_offset = (
     .values(next_offset=bindparam("n"))
 )
 
-insert_message = insert(messages)
-insert_message_key = insert(message_keys)
+insert_messages = BulkInsert(messages, MESSAGE_COLUMNS)
+insert_message_keys = BulkInsert(
+    message_keys, ("key", "stored_at", "topic", "queue_id", "queue_offset")
+)
 insert_transaction = insert(transactions)
 
 sent_by_dedup_keys = select(messages).where(

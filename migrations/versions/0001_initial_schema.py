@@ -133,7 +133,6 @@ def upgrade() -> None:
         sa.Column("reconsume_times", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("origin_id", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_messages")),
-        sa.UniqueConstraint("dedup_key", name=op.f("uq_messages_dedup_key")),
         sa.UniqueConstraint(
             "topic",
             "queue_id",
@@ -151,7 +150,22 @@ def upgrade() -> None:
     )
     op.create_index("ix_messages_msg_id", "messages", ["msg_id"], unique=False)
     op.create_index("ix_messages_stored_at", "messages", ["stored_at"], unique=False)
-    op.create_index("ix_messages_transaction_id", "messages", ["transaction_id"], unique=False)
+    op.create_index(
+        "ix_messages_transaction_id",
+        "messages",
+        ["transaction_id"],
+        unique=False,
+        sqlite_where=sa.text("transaction_id IS NOT NULL"),
+        postgresql_where=sa.text("transaction_id IS NOT NULL"),
+    )
+    op.create_index(
+        "uq_messages_dedup_key",
+        "messages",
+        ["dedup_key"],
+        unique=True,
+        sqlite_where=sa.text("dedup_key IS NOT NULL"),
+        postgresql_where=sa.text("dedup_key IS NOT NULL"),
+    )
     op.create_table(
         "producers",
         sa.Column("producer_group", sa.String(length=255), nullable=False),
@@ -255,6 +269,7 @@ def downgrade() -> None:
     op.drop_table("queues")
     op.drop_index("ix_producers_heartbeat", table_name="producers")
     op.drop_table("producers")
+    op.drop_index("uq_messages_dedup_key", table_name="messages")
     op.drop_index("ix_messages_transaction_id", table_name="messages")
     op.drop_index("ix_messages_stored_at", table_name="messages")
     op.drop_index("ix_messages_msg_id", table_name="messages")
