@@ -129,49 +129,69 @@ def _is_real(topic: Column) -> Column:
     return ~system & ~copies
 
 
-def real_messages(messages: DataFrame) -> DataFrame:
-    """The real messages of transactions: rows in the user's topic, and delayed ones still parked
-    in SCHEDULE_TOPIC_XXXX that no released row copies yet."""
-    tx = messages.where(F.col("transaction_id").isNotNull())
-    in_topic = tx.where(_is_real(F.col("topic")))
-    released = in_topic.where(F.col("origin_id").isNotNull()).select(F.col("origin_id").alias("id"))
-    parked = tx.where(F.col("topic") == SCHEDULE_TOPIC).join(released, "id", "left_anti")
-    return in_topic.unionByName(parked)
+def _role(topic: Column) -> Column:
+    """What a message with a transaction id is to its transaction: ``half``, ``COMMIT`` or
+    ``ROLLBACK`` (op records), ``real`` (in the user's topic), ``parked`` (a delayed real message
+    in SCHEDULE_TOPIC_XXXX); NULL for retry and discard copies."""
+    decision = F.get_json_object("properties", "$.DECISION")
+    return (
+        F.when(topic == HALF_TOPIC, "half")
+        .when(topic == OP_TOPIC, decision)
+        .when(topic == SCHEDULE_TOPIC, "parked")
+        .when(_is_real(topic), "real")
+    )
+
+
+def _first(role: Column, name: str, column: str, *, by: str = "id") -> Column:
+    return F.min_by(column, F.when(role == name, F.col(by)))
 
 
 def transaction_view(
     transactions: DataFrame, messages: DataFrame, window: Window, mapping: KeyMapping
 ) -> DataFrame:
     """One row per transaction created in the window: its state, its half's keys and tags, how
-    many commit / rollback op records and real messages it has, and when."""
-    tx = messages.where(F.col("transaction_id").isNotNull())
-    decision = F.get_json_object("properties", "$.DECISION")
-    halves_ops = tx.where(F.col("topic").isin(HALF_TOPIC, OP_TOPIC)).select(
-        "transaction_id",
-        "id",
-        "keys",
-        "tags",
-        "stored_at",
-        F.when(F.col("topic") == HALF_TOPIC, "half").otherwise(decision).alias("role"),
-    )
-    reals = real_messages(messages).select(
-        "transaction_id", "id", "keys", "tags", "stored_at", F.lit("real").alias("role")
-    )
+    many commit / rollback op records and real messages it has, and when.
+
+    One pass over the messages: a delayed real message parked in SCHEDULE_TOPIC_XXXX counts as
+    the real message until a released copy (``origin_id`` = the parked row) replaces it."""
     role = F.col("role")
+    real, parked = role == "real", role == "parked"
     folded = (
-        halves_ops.unionByName(reals)
+        messages.where(F.col("transaction_id").isNotNull())
+        .select(
+            "transaction_id",
+            "id",
+            "keys",
+            "tags",
+            "stored_at",
+            "origin_id",
+            _role(F.col("topic")).alias("role"),
+        )
         .groupBy("transaction_id")
         .agg(
-            F.min_by("keys", F.when(role == "half", F.col("id"))).alias("half_keys"),
-            F.min_by("tags", F.when(role == "half", F.col("id"))).alias("tags"),
+            _first(role, "half", "keys").alias("half_keys"),
+            _first(role, "half", "tags").alias("tags"),
             F.count(F.when(role == "COMMIT", 1)).alias("commit_ops"),
             F.count(F.when(role == "ROLLBACK", 1)).alias("rollback_ops"),
             F.min(F.when(role.isin("COMMIT", "ROLLBACK"), F.col("stored_at"))).alias("op_at"),
-            F.count(F.when(role == "real", 1)).alias("real_count"),
-            F.min(F.when(role == "real", F.col("id"))).alias("real_id"),
-            F.min(F.when(role == "real", F.col("stored_at"))).alias("real_at"),
-            F.min_by("keys", F.when(role == "real", F.col("id"))).alias("real_keys"),
+            F.count(F.when(real, 1)).alias("in_topic"),
+            F.collect_set(F.when(parked, F.col("id"))).alias("parked_ids"),
+            F.collect_set(F.when(real, F.col("origin_id"))).alias("origins"),
+            F.coalesce(F.min(F.when(real, F.col("id"))), F.min(F.when(parked, F.col("id")))).alias(
+                "real_id"
+            ),
+            F.coalesce(
+                F.min(F.when(real, F.col("stored_at"))), F.min(F.when(parked, F.col("stored_at")))
+            ).alias("real_at"),
+            F.coalesce(_first(role, "real", "keys"), _first(role, "parked", "keys")).alias(
+                "real_keys"
+            ),
         )
+        .withColumn(
+            "real_count",
+            F.col("in_topic") + F.size(F.array_except("parked_ids", "origins")),
+        )
+        .drop("in_topic", "parked_ids", "origins")
     )
     day = transactions.where(
         (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
@@ -260,8 +280,8 @@ def dead_letters(view: DataFrame, dlq: DataFrame) -> DataFrame:
         F.col("stored_at").alias("dlq_at"),
     )
     real = view.where(F.col("real_count") > 0)
-    by_msg = real.join(copies, real["msg_id"] == copies["dlq_msg_id"])
-    by_origin = real.join(copies, real["real_id"] == copies["origin_id"])
+    by_msg = real.join(F.broadcast(copies), real["msg_id"] == copies["dlq_msg_id"])
+    by_origin = real.join(F.broadcast(copies), real["real_id"] == copies["origin_id"])
     return (
         by_msg.unionByName(by_origin)
         .groupBy("transaction_id", "msg_id", "keys", "business_id", "created_at", "consumer_group")
@@ -310,9 +330,11 @@ def ack_lag(
         (F.col("subscribed_at") <= F.col("real_at"))
         & _subscribed(F.col("expression"), F.col("tags"))
     )
-    acked = acks.select("consumer_group", "msg_id").distinct()
+    acked = acks.select("consumer_group", "msg_id")
     pending = expected.join(acked, ["consumer_group", "msg_id"], "left_anti").join(
-        dead.select("consumer_group", "msg_id"), ["consumer_group", "msg_id"], "left_anti"
+        F.broadcast(dead.select("consumer_group", "msg_id")),
+        ["consumer_group", "msg_id"],
+        "left_anti",
     )
     reason = F.format_string(
         "not acked by group %s %d s after commit",

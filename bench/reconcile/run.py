@@ -1,0 +1,187 @@
+"""Benchmark of the nightly reconciliation (never a timed test: it prints figures measured in
+one run).
+
+For each N (default 1M and 10M transactions) it generates a synthetic store with
+``spark_reconcile.generate`` (half + op + real message + ack per transaction, 1.3 % planted
+anomalies), writes it as a ``halfmq export`` Parquet tree and bulk-loads it (COPY) into a
+migrated PostgreSQL schema, then times ``python -m spark_reconcile --master local[2]`` -- a fresh
+process, JVM start included -- on each source, checks the anomalies found against the planted
+ones, and prints the times and the 10M/1M ratio.
+
+    .venv/bin/python bench/reconcile/run.py                      # 1M and 10M, both sources
+    .venv/bin/python bench/reconcile/run.py --sizes 100000 --sources parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime as dt
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from pyspark.sql import DataFrame, SparkSession
+
+from broker_service.store import schema
+from spark_reconcile import generate, plant
+
+ROOT = Path(__file__).resolve().parents[2]
+DAY = dt.date(2026, 11, 20)
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+LOADED = ("transactions", "messages", "deliveries", "subscriptions", "consumer_groups")
+
+
+def log(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def session(memory: str) -> SparkSession:
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("halfmq-reconcile-bench-generate")
+        .config("spark.driver.memory", memory)
+        .config("spark.sql.shuffle.partitions", "16")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+
+
+def expected_counts(spec: generate.Synthetic) -> Counter[str]:
+    full, rest = divmod(spec.n, spec.period)
+    return Counter({kind: full + (1 if k < rest else 0) for k, kind in enumerate(generate.PLANTED)})
+
+
+def to_parquet(spark: SparkSession, spec: generate.Synthetic, root: Path) -> float:
+    shutil.rmtree(root, ignore_errors=True)
+    started = time.perf_counter()
+    plant.write_export(generate.store(spark, spec), str(root), spec.day)
+    return time.perf_counter() - started
+
+
+def _copy_file(dsn: str, search_path: str, table: str, columns: list[str], path: Path) -> None:
+    with psycopg.connect(dsn, options=f"-csearch_path={search_path}") as conn:
+        with conn.cursor() as cur:
+            sql = f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)"
+            with cur.copy(sql) as copy, path.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    copy.write(chunk)
+
+
+def to_postgres(spark: SparkSession, spec: generate.Synthetic, name: str, tmp: Path) -> float:
+    """A migrated schema ``name`` holding the synthetic store: CSV from Spark, COPY into
+    PostgreSQL with the secondary indexes dropped, the indexes rebuilt, ANALYZE."""
+    admin = sa.create_engine(PG)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {name} CASCADE"))
+        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
+    url = f"{PG}?options=-csearch_path%3D{name}"
+    cfg = Config()
+    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    command.upgrade(cfg, "head")
+    engine = sa.create_engine(url)
+    started = time.perf_counter()
+    tables = generate.store(spark, spec)
+    with engine.begin() as conn:
+        for table in LOADED:
+            for index in schema.metadata.tables[table].indexes:
+                index.drop(conn)
+    dsn = PG.replace("postgresql+psycopg", "postgresql")
+    for table in LOADED:
+        frame: DataFrame = tables[table]
+        if table == "messages":
+            frame = frame.withColumn("body", frame["encoding"].substr(0, 0))  # '' -> empty bytea
+        out = tmp / table
+        shutil.rmtree(out, ignore_errors=True)
+        frame.write.option("escape", '"').option("emptyValue", '""').csv(str(out))
+        parts = sorted(out.glob("part-*.csv"))
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            jobs = [pool.submit(_copy_file, dsn, name, table, frame.columns, p) for p in parts]
+            for job in jobs:
+                job.result()
+        shutil.rmtree(out)
+        log(f"  loaded {table}")
+    with engine.begin() as conn:
+        for table in LOADED:
+            for index in schema.metadata.tables[table].indexes:
+                index.create(conn)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("ANALYZE"))
+    engine.dispose()
+    admin.dispose()
+    return time.perf_counter() - started
+
+
+def reconcile(spec: generate.Synthetic, source: list[str], out: Path, memory: str) -> float:
+    shutil.rmtree(out, ignore_errors=True)
+    args = [sys.executable, "-m", "spark_reconcile", "--date", spec.day.isoformat()]
+    args += [*source, "--out", str(out), "--as-of", str(spec.as_of), "--master", "local[2]"]
+    args += ["--driver-memory", memory, "--jdbc-partitions", "8"]
+    started = time.perf_counter()
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 2:
+        raise SystemExit(f"reconcile exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    summary = json.loads((out / "report" / f"date={spec.day}" / "summary.json").read_text())
+    found = Counter({k: v["count"] for k, v in summary["counts"].items() if v["count"]})
+    planted = expected_counts(spec)
+    planted_store = Counter({k: n for k, n in planted.items() if not _ledger_kind(k)})
+    if found != planted_store:
+        raise SystemExit(f"found {dict(found)}\nplanted {dict(planted_store)}")
+    return elapsed
+
+
+def _ledger_kind(kind: str) -> bool:
+    return kind in generate.PLANTED[8:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--sources", nargs="+", default=["parquet", "postgres"])
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "reconcile")
+    parser.add_argument("--memory", default="8g")
+    opts = parser.parse_args()
+    opts.work.mkdir(parents=True, exist_ok=True)
+    spark = session(opts.memory)
+    spark.sparkContext.setLogLevel("ERROR")
+    times: dict[tuple[str, int], float] = {}
+    for n in opts.sizes:
+        spec = generate.Synthetic(n=n, day=DAY)
+        for source in opts.sources:
+            if source == "parquet":
+                root = opts.work / f"export-{n}"
+                log(f"N={n:,}: generating the Parquet export")
+                log(f"  generated in {to_parquet(spark, spec, root):.1f} s")
+                args = ["--parquet", str(root)]
+            else:
+                name = f"bench_recon_{n}"
+                log(f"N={n:,}: loading PostgreSQL schema {name}")
+                log(f"  loaded in {to_postgres(spark, spec, name, opts.work):.1f} s")
+                args = ["--database-url", f"{PG}?options=-csearch_path%3D{name}"]
+            log(f"N={n:,}: reconciling from {source}")
+            times[source, n] = reconcile(spec, args, opts.work / f"out-{source}-{n}", opts.memory)
+            log(f"  {source} N={n:,}: {times[source, n]:.1f} s (anomalies as planted)")
+    spark.stop()
+    print("\nsource    transactions   seconds")
+    for (source, n), seconds in times.items():
+        print(f"{source:9} {n:>12,}   {seconds:7.1f}")
+    small, big = min(opts.sizes), max(opts.sizes)
+    for source in opts.sources:
+        if small != big and (source, small) in times and (source, big) in times:
+            ratio = times[source, big] / times[source, small]
+            print(f"{source}: {big:,} / {small:,} time ratio = {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
