@@ -104,23 +104,36 @@ def topic_record(row: Row[Any]) -> Topic:
     )
 
 
-def transaction_values(record: TransactionRecord, half_offset: int) -> dict[str, Any]:
-    return {
-        "transaction_id": record.transaction_id,
-        "msg_id": record.msg_id,
-        "producer_group": record.producer_group,
-        "topic": record.topic,
-        "half_offset": half_offset,
-        "real_queue_id": record.real_queue_id,
-        "state": record.state.value,
-        "check_times": record.check_times,
-        "check_immunity_ms": record.check_immunity_ms,
-        "created_at": record.created_at,
-        "next_check_at": record.next_check_at,
-        "resolved_at": record.resolved_at,
-        "resolved_by": record.resolved_by.value if record.resolved_by else None,
-        "discarded_at": record.discarded_at,
-    }
+TRANSACTION_COLUMNS = (
+    "transaction_id",
+    "msg_id",
+    "producer_group",
+    "topic",
+    "half_offset",
+    "real_queue_id",
+    "state",
+    "check_times",
+    "check_immunity_ms",
+    "created_at",
+    "next_check_at",
+)
+
+
+def transaction_row(record: TransactionRecord, half_offset: int) -> tuple[Any, ...]:
+    """A new (PREPARED) transaction as driver values, in ``TRANSACTION_COLUMNS`` order."""
+    return (
+        record.transaction_id,
+        record.msg_id,
+        record.producer_group,
+        record.topic,
+        half_offset,
+        record.real_queue_id,
+        record.state.value,
+        record.check_times,
+        record.check_immunity_ms,
+        record.created_at,
+        record.next_check_at,
+    )
 
 
 def transaction_record(row: Row[Any]) -> TransactionRecord:

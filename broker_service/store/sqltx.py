@@ -87,9 +87,9 @@ class SqlTx(CheckStore):
             self._sent.clear()
         if self._transactions:
             records, self._transactions = self._transactions, []
-            self.conn.execute(
-                sql.insert_transaction,
-                [rows.transaction_values(record, half.queue_offset) for record, half in records],
+            sql.insert_transactions.execute(
+                self.conn,
+                [rows.transaction_row(record, half.queue_offset) for record, half in records],
             )
 
     def _assign_offsets(self, pending: list[PendingMessage]) -> None:

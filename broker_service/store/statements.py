@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, func, insert, select, tuple_, update
+from sqlalchemy import and_, bindparam, func, select, tuple_, update
 
 from broker_service.store.bulk import BulkInsert
-from broker_service.store.rows import MESSAGE_COLUMNS
+from broker_service.store.rows import MESSAGE_COLUMNS, TRANSACTION_COLUMNS
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -36,7 +36,7 @@ insert_messages = BulkInsert(messages, MESSAGE_COLUMNS)
 insert_message_keys = BulkInsert(
     message_keys, ("key", "stored_at", "topic", "queue_id", "queue_offset")
 )
-insert_transaction = insert(transactions)
+insert_transactions = BulkInsert(transactions, TRANSACTION_COLUMNS)
 
 sent_by_dedup_keys = select(messages).where(
     messages.c.dedup_key.in_(bindparam("keys", expanding=True))
