@@ -1,7 +1,8 @@
 """The ``halfmq`` command line (Typer + Rich).
 
-``halfmq broker serve`` and ``halfmq db upgrade`` work on the store directly; every other command
-talks REST to ``--broker URL`` (env ``HALFMQ_BROKER``, default http://127.0.0.1:9876).
+``halfmq broker serve``, ``halfmq db upgrade``, ``halfmq export`` and ``halfmq reconcile`` work on
+the store directly; every other command talks REST to ``--broker URL`` (env ``HALFMQ_BROKER``,
+default http://127.0.0.1:9876).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from broker_service.cli import broker, db, messages, send, topics, transactions
+from spark_reconcile import cli as reconcile_cli
 
 app = typer.Typer(
     name="halfmq",
@@ -22,6 +24,9 @@ app.add_typer(topics.app, name="topic")
 app.command("send")(send.send)
 app.add_typer(transactions.app, name="transaction")
 app.add_typer(messages.app, name="message")
+# The reconciliation job's commands import pyspark / pyarrow only when run.
+app.command("export")(reconcile_cli.export)
+app.command("reconcile")(reconcile_cli.reconcile)
 
 
 def main() -> None:
