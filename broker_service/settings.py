@@ -78,6 +78,22 @@ class BrokerSettings(BaseSettings):
     write_batch_max: int = Field(512, ge=1, description="Most requests one store commit carries")
     pool_size: int = Field(8, ge=1, description="Store connections for reads")
     log_level: str = "info"
+    auto_create_groups: bool = Field(
+        True,
+        description="Create a consumer group on its first subscription (RocketMQ's "
+        "autoCreateSubscriptionGroup)",
+    )
+    receive_max_wait_seconds: float = Field(
+        30, ge=0, description="Longest long poll of a receive (a longer wait_seconds is cut)"
+    )
+    receive_poll_seconds: float = Field(
+        0.5,
+        gt=0,
+        description="How often a waiting receive looks at the store for other brokers' messages",
+    )
+    consumer_expiry_seconds: float = Field(
+        120, gt=0, description="A consumer member is live while it received this recently"
+    )
 
     @field_validator("message_delay_level")
     @classmethod

@@ -14,6 +14,7 @@ from broker_service.api import errors
 from broker_service.api.limits import BodyLimit
 from broker_service.api.metrics import BrokerMetrics
 from broker_service.api.routes import checks, messages, ops, producers, topics, transactions
+from broker_service.api.routes import consumers as consumer_routes
 from broker_service.domain.checkback import CheckBack, CheckPolicy
 from broker_service.domain.config import DomainConfig
 from broker_service.domain.service import BrokerService
@@ -99,5 +100,6 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     errors.install(app)
     for module in (topics, transactions, producers, checks, messages, ops):
         app.include_router(module.router)
+    consumer_routes.install(app, settings, service, check_policy(settings).broker_id)
     app.add_middleware(BodyLimit, limit=request_limit(settings))
     return app

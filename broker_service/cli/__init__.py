@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import typer
 
-from broker_service.cli import broker, db, messages, send, topics, transactions
+from broker_service.cli import (
+    broker,
+    consume,
+    db,
+    dlq,
+    groups,
+    messages,
+    send,
+    topics,
+    transactions,
+)
 from spark_reconcile import cli as reconcile_cli
 
 app = typer.Typer(
@@ -24,6 +34,9 @@ app.add_typer(topics.app, name="topic")
 app.command("send")(send.send)
 app.add_typer(transactions.app, name="transaction")
 app.add_typer(messages.app, name="message")
+app.add_typer(groups.app, name="group")
+app.add_typer(dlq.app, name="dlq")
+app.command("consume")(consume.consume)
 # The reconciliation job's commands import pyspark / pyarrow only when run.
 app.command("export")(reconcile_cli.export)
 app.command("reconcile")(reconcile_cli.reconcile)

@@ -228,6 +228,9 @@ consumer_offsets = Table(
     Column("client_id", String(255), nullable=False, server_default=text("''")),
     Column("committed_offset", BigInteger, nullable=False),
     Column("updated_at", Millis, nullable=False),
+    # The next offset never handed out to the group (RocketMQ POP's pull offset): offsets between
+    # committed_offset and pulled_offset are in flight, acked out of order or filtered out by tag.
+    Column("pulled_offset", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("consumer_group", "topic", "queue_id", "client_id"),
 )
 
@@ -244,16 +247,32 @@ deliveries = Table(
     Column("queue_offset", BigInteger, nullable=False),
     Column("msg_id", String(128), nullable=False),
     Column("receipt_handle", String(128), nullable=False),
-    # INFLIGHT | ACKED | NACKED | EXPIRED
+    # INFLIGHT | RETRYING (orderly) | ACKED | NACKED | EXPIRED | DEAD
     Column("state", String(16), nullable=False),
     Column("reconsume_times", Integer, nullable=False, server_default=text("0")),
     Column("delivered_at", Millis, nullable=False),
     Column("invisible_until", Millis, nullable=False),
     Column("finished_at", Millis, nullable=True),
     UniqueConstraint("receipt_handle"),
-    Index("ix_deliveries_queue", "consumer_group", "topic", "queue_id", "queue_offset"),
-    Index("ix_deliveries_inflight", "state", "invisible_until"),
     Index("ix_deliveries_msg_id", "msg_id"),
+    # Partial: only open deliveries (in flight, or an orderly retry waiting at its queue's head).
+    # The oldest open offset of a queue is its committed offset; due ones are handed out again.
+    Index(
+        "ix_deliveries_open",
+        "consumer_group",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        sqlite_where=text("state IN ('INFLIGHT', 'RETRYING')"),
+        postgresql_where=text("state IN ('INFLIGHT', 'RETRYING')"),
+    ),
+    Index(
+        "ix_deliveries_due",
+        "consumer_group",
+        "invisible_until",
+        sqlite_where=text("state IN ('INFLIGHT', 'RETRYING')"),
+        postgresql_where=text("state IN ('INFLIGHT', 'RETRYING')"),
+    ),
 )
 
 # Events the rows themselves do not record (checks sent and answered, operator actions, resends).

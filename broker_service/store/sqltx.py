@@ -30,6 +30,7 @@ from broker_service.domain.ports import MessageQuery
 from broker_service.store import rows
 from broker_service.store import statements as sql
 from broker_service.store.checks import CheckStore
+from broker_service.store.consumers import ConsumerStore
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -48,7 +49,7 @@ class Mark:
     transactions: int
 
 
-class SqlTx(CheckStore):
+class SqlTx(CheckStore, ConsumerStore):
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._postgres = conn.dialect.name == "postgresql"

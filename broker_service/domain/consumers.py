@@ -1,0 +1,499 @@
+"""Consumer groups: subscriptions, receive, ack and change-invisible (RocketMQ 5's SimpleConsumer).
+
+* A **group** consumes its subscribed topics plus its own ``%RETRY%{group}``.  Clustering: the group
+  has one progress per queue and a message is in flight at one member at a time.  Broadcasting:
+  every member (``client_id``) has its own progress and gets every message.
+* **receive** first hands out again what is due -- a delivery whose invisibility ran out (with
+  ``reconsume_times + 1``), an orderly retry whose time came -- then new messages from each queue's
+  pull offset, skipping those the tag expression filters out.  Each hand-out is a row of
+  ``deliveries``: the lease behind the receipt handle.
+* **ack** ends in-flight deliveries still inside their invisibility; a stale handle acks nothing.
+* A queue's **committed offset** is its oldest open delivery's offset, else its pull offset: it never
+  passes an unacked message, so a crash redelivers and never loses.
+* **Orderly** groups hand out at most one message per queue at a time, and nothing newer of a queue
+  while an older one is open (in flight or waiting for its retry).
+
+Retry, dead letters and operator actions are in :mod:`broker_service.domain.consumer_retry`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from broker_service.domain import names
+from broker_service.domain.clock import now_ms
+from broker_service.domain.consumer_copies import dead_letter
+from broker_service.domain.consumer_model import (
+    PROP_RETRY_TOPIC,
+    AckResult,
+    ConsumeFrom,
+    ConsumerGroup,
+    Delivered,
+    Delivery,
+    DeliveryState,
+    MessageModel,
+    NewDelivery,
+    QueueProgress,
+    Subscription,
+    TagFilter,
+    dlq_topic,
+    retry_topic,
+)
+from broker_service.domain.errors import Conflict, InvalidRequest, NotFound
+from broker_service.domain.ids import new_id
+from broker_service.domain.model import QueueInfo, StoredMessage, Topic
+from broker_service.domain.ports import StoreTx
+
+ProgressKey = tuple[str, str, int, str]
+_SCAN_CHUNK = 256
+_SCAN_MAX = 4096  # most messages one receive looks at in one queue (tag filters skip the rest)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    auto_create_groups: bool = True
+    max_reconsume_times: int = 16
+    delay_levels_ms: tuple[int, ...] = (1000, 5000, 10_000, 30_000)
+    consumer_expiry_ms: int = 120_000
+    broker_id: str = "broker"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCreated:
+    group: ConsumerGroup
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    subscription: Subscription
+    created: bool
+
+
+@dataclass(slots=True)
+class ReceiveResult:
+    delivered: list[Delivered]
+    topics: list[str]
+    next_due_at: int | None = None
+
+
+@dataclass(slots=True)
+class _Claim:
+    """What one receive has taken so far."""
+
+    group: ConsumerGroup
+    client_key: str
+    named_topic: str | None
+    budget: int
+    now: int
+    invisible_until: int
+    delivered: list[Delivered] = field(default_factory=list)
+    new: list[NewDelivery] = field(default_factory=list)
+    moved: set[ProgressKey] = field(default_factory=set)
+
+    @property
+    def left(self) -> int:
+        return self.budget - len(self.delivered)
+
+
+def shown_topic(message: StoredMessage) -> str:
+    """The topic a consumer sees: a retry copy's original topic (RocketMQ's RETRY_TOPIC)."""
+    return message.properties.get(PROP_RETRY_TOPIC, message.topic)
+
+
+def get_group(tx: StoreTx, name: str) -> ConsumerGroup:
+    group = tx.get_consumer_group(name)
+    if group is None:
+        raise NotFound(
+            f"consumer group {name!r} does not exist",
+            code="CONSUMER_GROUP_NOT_FOUND",
+            group=name,
+        )
+    return group
+
+
+def start_offset(tx: StoreTx, group: ConsumerGroup, info: QueueInfo) -> int:
+    """Where a group (or a new broadcasting member) starts in a queue: ``consume_from``."""
+    if info.topic == retry_topic(group.name) or group.consume_from is ConsumeFrom.FIRST_OFFSET:
+        return info.min_offset
+    if group.consume_from is ConsumeFrom.TIMESTAMP and group.consume_timestamp is not None:
+        found = tx.first_offset_since(info.topic, info.queue_id, group.consume_timestamp)
+        return info.max_offset if found is None else max(found, info.min_offset)
+    return info.max_offset
+
+
+class Consumers:
+    def __init__(self, config: ConsumerConfig, clock: Callable[[], int] = now_ms) -> None:
+        self.config = config
+        self.clock = clock
+        self._turn = itertools.count()
+
+    def max_reconsume_times(self, group: ConsumerGroup) -> int:
+        if group.max_reconsume_times is not None:
+            return group.max_reconsume_times
+        return self.config.max_reconsume_times
+
+    # -- groups and subscriptions ---------------------------------------------------------------
+
+    def create_group(self, wanted: ConsumerGroup) -> Callable[[StoreTx], GroupCreated]:
+        names.check_name(wanted.name, "consumer group")
+        if wanted.consume_from is ConsumeFrom.TIMESTAMP and wanted.consume_timestamp is None:
+            raise InvalidRequest(
+                "consume_from TIMESTAMP needs consume_timestamp", code="INVALID_CONSUME_FROM"
+            )
+        if wanted.max_reconsume_times is not None and wanted.max_reconsume_times < 0:
+            raise InvalidRequest(
+                "max_reconsume_times must be 0 or more", code="INVALID_MAX_RECONSUME_TIMES"
+            )
+
+        def unit(tx: StoreTx) -> GroupCreated:
+            existing = tx.get_consumer_group(wanted.name)
+            if existing is not None:
+                if not existing.same_config(wanted):
+                    raise Conflict(
+                        f"consumer group {wanted.name!r} exists with another configuration",
+                        code="CONSUMER_GROUP_EXISTS",
+                        group=wanted.name,
+                    )
+                return GroupCreated(existing, created=False)
+            group = self._insert_group(tx, wanted)
+            return GroupCreated(group, created=True)
+
+        return unit
+
+    def _insert_group(self, tx: StoreTx, wanted: ConsumerGroup) -> ConsumerGroup:
+        now = self.clock()
+        group = ConsumerGroup(
+            name=wanted.name,
+            message_model=wanted.message_model,
+            consume_from=wanted.consume_from,
+            consume_timestamp=wanted.consume_timestamp,
+            max_reconsume_times=wanted.max_reconsume_times,
+            orderly=wanted.orderly,
+            created_at=now,
+        )
+        tx.create_consumer_group(group)
+        for name in (retry_topic(group.name), dlq_topic(group.name)):
+            if tx.get_topic(name) is None:
+                tx.create_topic(Topic(name, 1, False, 6, True, now))
+        return group
+
+    def subscribe(
+        self, group_name: str, topic_name: str, expression: str
+    ) -> Callable[[StoreTx], Subscribed]:
+        names.check_name(group_name, "consumer group")
+        names.check_user_topic(topic_name)
+        tag_filter = TagFilter.parse(expression)
+
+        def unit(tx: StoreTx) -> Subscribed:
+            group = tx.get_consumer_group(group_name)
+            if group is None:
+                if not self.config.auto_create_groups:
+                    get_group(tx, group_name)  # raises CONSUMER_GROUP_NOT_FOUND
+                group = self._insert_group(tx, ConsumerGroup(group_name))
+            if tx.get_topic(topic_name) is None:
+                raise NotFound(
+                    f"topic {topic_name!r} does not exist",
+                    code="TOPIC_NOT_FOUND",
+                    topic=topic_name,
+                )
+            now = self.clock()
+            current = {s.topic: s for s in tx.list_subscriptions(group.name)}.get(topic_name)
+            subscription = Subscription(group.name, topic_name, tag_filter.expression, now)
+            if current is not None and current.expression == subscription.expression:
+                return Subscribed(current, created=False)
+            tx.put_subscription(subscription)
+            if current is None and not group.broadcasting:
+                # The group starts in the topic now, where consume_from says.
+                tx.init_progress(
+                    [
+                        QueueProgress(group.name, topic_name, q.queue_id, "", at, at)
+                        for q in tx.queue_infos(topic_name)
+                        for at in [start_offset(tx, group, q)]
+                    ],
+                    now,
+                )
+            return Subscribed(subscription, created=current is None)
+
+        return unit
+
+    # -- receive --------------------------------------------------------------------------------
+
+    def receive(
+        self,
+        group_name: str,
+        client_id: str,
+        topic_name: str | None,
+        max_messages: int,
+        invisible_ms: int,
+        touch: bool = True,
+    ) -> Callable[[StoreTx], ReceiveResult]:
+        names.check_name(group_name, "consumer group")
+        if topic_name is not None:
+            names.check_user_topic(topic_name)
+
+        def unit(tx: StoreTx) -> ReceiveResult:
+            group = get_group(tx, group_name)
+            subscriptions = tx.list_subscriptions(group.name)
+            if topic_name is not None:
+                subscriptions = [s for s in subscriptions if s.topic == topic_name]
+                if not subscriptions:
+                    raise NotFound(
+                        f"consumer group {group.name!r} does not subscribe to {topic_name!r}",
+                        code="SUBSCRIPTION_NOT_FOUND",
+                        group=group.name,
+                        topic=topic_name,
+                    )
+            now = self.clock()
+            if touch:
+                tx.touch_consumer(group.name, client_id, now)
+            claim = _Claim(
+                group=group,
+                client_key=client_id if group.broadcasting else "",
+                named_topic=topic_name,
+                budget=max_messages,
+                now=now,
+                invisible_until=now + invisible_ms,
+            )
+            self._redeliver_due(tx, claim)
+            tx.add_deliveries(claim.new)  # before new ones: an orderly queue sees them open
+            claim.new = []
+            sources = [(s.topic, s.filter) for s in subscriptions]
+            sources.append((retry_topic(group.name), TagFilter("*", None)))
+            for topic, tag_filter in sources:
+                if claim.left <= 0:
+                    break
+                self._claim_topic(tx, claim, topic, tag_filter)
+            tx.add_deliveries(claim.new)
+            tx.advance_committed(sorted(claim.moved), now)
+            return ReceiveResult(
+                claim.delivered, [t for t, _ in sources], tx.next_due_at(group.name)
+            )
+
+        return unit
+
+    def _redeliver_due(self, tx: StoreTx, claim: _Claim) -> None:
+        group = claim.group
+        client = claim.client_key if group.broadcasting else None
+        for due in tx.claim_due_deliveries(group.name, client, claim.now, claim.budget):
+            if claim.left <= 0:
+                break
+            message = tx.get_message_at(due.topic, due.queue_id, due.queue_offset)
+            key = (group.name, due.topic, due.queue_id, due.client_id)
+            if message is None:  # purged meanwhile: nothing left to deliver
+                tx.set_delivery(due, state=DeliveryState.EXPIRED, finished_at=claim.now)
+                claim.moved.add(key)
+                continue
+            if claim.named_topic is not None and shown_topic(message) != claim.named_topic:
+                continue
+            times = due.reconsume_times + 1
+            if times > self.max_reconsume_times(group):
+                if tx.set_delivery(due, state=DeliveryState.DEAD, finished_at=claim.now):
+                    dead_letter(tx, group, message, times, claim.now, self.config.broker_id)
+                    claim.moved.add(key)
+                continue
+            if not tx.set_delivery(due, state=DeliveryState.EXPIRED, finished_at=claim.now):
+                continue
+            self._hand_out(claim, message, due.client_id or claim.client_key, times)
+            claim.moved.add(key)
+
+    def _claim_topic(self, tx: StoreTx, claim: _Claim, topic: str, tag_filter: TagFilter) -> None:
+        group = claim.group
+        if tx.get_topic(topic) is None:
+            return
+        infos = {q.queue_id: q for q in tx.queue_infos(topic)}
+        progress = {p.queue_id: p for p in tx.lock_progress(group.name, topic, claim.client_key)}
+        missing = [q for q in infos if q not in progress]
+        if missing:
+            tx.init_progress(
+                [
+                    QueueProgress(group.name, topic, q, claim.client_key, at, at)
+                    for q in missing
+                    for at in [start_offset(tx, group, infos[q])]
+                ],
+                claim.now,
+            )
+            progress.update(
+                (p.queue_id, p)
+                for p in tx.lock_progress(group.name, topic, claim.client_key)
+                if p.queue_id in missing
+            )
+        queue_ids = sorted(progress)
+        if not queue_ids:
+            return
+        turn = next(self._turn) % len(queue_ids)
+        for queue_id in queue_ids[turn:] + queue_ids[:turn]:
+            if claim.left <= 0:
+                return
+            info = infos.get(queue_id)
+            current = progress[queue_id]
+            if info is None or current.pulled_offset >= info.max_offset:
+                continue
+            if group.orderly and (
+                tx.oldest_open_offset(group.name, topic, queue_id, claim.client_key) is not None
+            ):
+                continue
+            want = 1 if group.orderly else claim.left
+            taken, pulled = self._scan(tx, claim, current, info, tag_filter, want)
+            if pulled == current.pulled_offset:
+                continue
+            for message in taken:
+                self._hand_out(claim, message, claim.client_key, message.reconsume_times)
+            tx.save_progress(
+                QueueProgress(
+                    group.name,
+                    topic,
+                    queue_id,
+                    claim.client_key,
+                    current.committed_offset,
+                    pulled,
+                ),
+                claim.now,
+            )
+            claim.moved.add((group.name, topic, queue_id, claim.client_key))
+
+    def _scan(
+        self,
+        tx: StoreTx,
+        claim: _Claim,
+        progress: QueueProgress,
+        info: QueueInfo,
+        tag_filter: TagFilter,
+        want: int,
+    ) -> tuple[list[StoredMessage], int]:
+        """Messages to hand out from the pull offset on, and the pull offset after them."""
+        taken: list[StoredMessage] = []
+        offset = max(progress.pulled_offset, info.min_offset)
+        scanned = 0
+        while len(taken) < want and offset < info.max_offset and scanned < _SCAN_MAX:
+            chunk = min(_SCAN_CHUNK, max(want - len(taken), 16))
+            batch = tx.messages_from(info.topic, info.queue_id, offset, chunk)
+            if not batch:
+                break
+            for message in batch:
+                if message.queue_offset >= info.max_offset:
+                    return taken, offset
+                if claim.named_topic is not None and shown_topic(message) != claim.named_topic:
+                    # A retry copy of another topic: it waits for a receive of its own topic.
+                    return taken, offset
+                scanned += 1
+                offset = message.queue_offset + 1
+                if tag_filter.matches(message.tags):
+                    taken.append(message)
+                    if len(taken) >= want:
+                        return taken, offset
+        return taken, offset
+
+    def _hand_out(
+        self, claim: _Claim, message: StoredMessage, client_id: str, reconsume_times: int
+    ) -> None:
+        handle = new_id()
+        claim.new.append(
+            NewDelivery(
+                consumer_group=claim.group.name,
+                client_id=client_id,
+                topic=message.topic,
+                queue_id=message.queue_id,
+                queue_offset=message.queue_offset,
+                msg_id=message.msg_id,
+                receipt_handle=handle,
+                reconsume_times=reconsume_times,
+                delivered_at=claim.now,
+                invisible_until=claim.invisible_until,
+            )
+        )
+        claim.delivered.append(
+            Delivered(message, shown_topic(message), handle, reconsume_times, claim.invisible_until)
+        )
+
+    # -- ack and change-invisible ---------------------------------------------------------------
+
+    def ack(self, group_name: str, handles: Sequence[str]) -> Callable[[StoreTx], AckResult]:
+        names.check_name(group_name, "consumer group")
+        wanted = list(dict.fromkeys(handles))
+
+        def unit(tx: StoreTx) -> AckResult:
+            group = get_group(tx, group_name)
+            now = self.clock()
+            done = tx.finish_deliveries(group.name, wanted, DeliveryState.ACKED, now)
+            tx.advance_committed(
+                [(group.name, x.topic, x.queue_id, x.client_id) for x in done], now
+            )
+            acked = {x.receipt_handle for x in done}
+            return AckResult(len(acked), [h for h in wanted if h not in acked])
+
+        return unit
+
+    def change_invisible(
+        self, group_name: str, handle: str, invisible_ms: int
+    ) -> Callable[[StoreTx], Delivery]:
+        names.check_name(group_name, "consumer group")
+
+        def unit(tx: StoreTx) -> Delivery:
+            group = get_group(tx, group_name)
+            now = self.clock()
+            delivery = live_delivery(tx, group, handle, now)
+            renewed = new_id()
+            until = now + invisible_ms
+            if not tx.set_delivery(
+                delivery,
+                state=DeliveryState.INFLIGHT,
+                receipt_handle=renewed,
+                invisible_until=until,
+            ):
+                raise stale(handle)
+            return Delivery(
+                id=delivery.id,
+                consumer_group=delivery.consumer_group,
+                client_id=delivery.client_id,
+                topic=delivery.topic,
+                queue_id=delivery.queue_id,
+                queue_offset=delivery.queue_offset,
+                msg_id=delivery.msg_id,
+                receipt_handle=renewed,
+                state=DeliveryState.INFLIGHT,
+                reconsume_times=delivery.reconsume_times,
+                delivered_at=delivery.delivered_at,
+                invisible_until=until,
+            )
+
+        return unit
+
+
+def stale(handle: str) -> Conflict:
+    return Conflict(
+        "the receipt handle is stale: its invisibility ran out (or it was acked, nacked or "
+        "renewed); the message comes again",
+        code="RECEIPT_HANDLE_EXPIRED",
+        receipt_handle=handle,
+    )
+
+
+def live_delivery(tx: StoreTx, group: ConsumerGroup, handle: str, now: int) -> Delivery:
+    """The in-flight delivery behind a handle, still inside its invisibility."""
+    delivery = tx.get_delivery(group.name, handle)
+    if delivery is None:
+        raise NotFound(
+            f"receipt handle {handle!r} is unknown in consumer group {group.name!r}",
+            code="RECEIPT_HANDLE_NOT_FOUND",
+            receipt_handle=handle,
+        )
+    if delivery.state is not DeliveryState.INFLIGHT or delivery.invisible_until <= now:
+        raise stale(handle)
+    return delivery
+
+
+__all__ = [
+    "ConsumerConfig",
+    "Consumers",
+    "GroupCreated",
+    "MessageModel",
+    "ReceiveResult",
+    "Subscribed",
+    "get_group",
+    "live_delivery",
+    "shown_topic",
+    "start_offset",
+]

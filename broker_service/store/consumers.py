@@ -1,0 +1,569 @@
+"""The consumer part of ``SqlTx``: groups, subscriptions, progress per queue, and deliveries.
+
+Claims live in the database.  A receive locks the group's progress rows of a topic
+(``FOR UPDATE SKIP LOCKED`` on PostgreSQL: another broker serving the same group takes the other
+queues) and due deliveries the same way, so no message is handed to two members at once.  SQLite has
+one writer, which serializes claims by itself.
+
+A queue's committed offset is the oldest offset still open (in flight, or an orderly retry waiting),
+else its pull offset: a lookup in the partial index of open deliveries, however many deliveries were
+acked out of order behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from broker_service.domain import names
+from broker_service.domain.consumer_model import (
+    OPEN_STATES,
+    ConsumeFrom,
+    ConsumerGroup,
+    Delivery,
+    DeliveryState,
+    Member,
+    MessageModel,
+    NewDelivery,
+    QueueProgress,
+    Subscription,
+)
+from broker_service.domain.model import StoredMessage
+from broker_service.store import rows
+from broker_service.store.bulk import BulkInsert
+from broker_service.store.schema import (
+    consumer_groups,
+    consumer_offsets,
+    consumers,
+    deliveries,
+    messages,
+    subscriptions,
+    trace_events,
+)
+
+g = consumer_groups.c
+s = subscriptions.c
+o = consumer_offsets.c
+d = deliveries.c
+m = messages.c
+
+_group = select(consumer_groups).where(g.name == bindparam("name"))
+_subscriptions = (
+    select(subscriptions).where(s.consumer_group == bindparam("group")).order_by(s.topic)
+)
+_members = (
+    select(consumers).where(consumers.c.consumer_group == bindparam("group")).order_by("client_id")
+)
+
+_progress = (
+    select(consumer_offsets)
+    .where(
+        o.consumer_group == bindparam("group"),
+        o.topic == bindparam("topic"),
+        o.client_id == bindparam("client"),
+    )
+    .order_by(o.queue_id)
+)
+_progress_locked = _progress.with_for_update(skip_locked=True)
+_all_progress = (
+    select(consumer_offsets)
+    .where(o.consumer_group == bindparam("group"))
+    .order_by(o.topic, o.queue_id, o.client_id)
+)
+_save_progress = (
+    update(consumer_offsets)
+    .where(
+        o.consumer_group == bindparam("b_group"),
+        o.topic == bindparam("b_topic"),
+        o.queue_id == bindparam("b_queue"),
+        o.client_id == bindparam("b_client"),
+    )
+    .values(
+        committed_offset=bindparam("b_committed"),
+        pulled_offset=bindparam("b_pulled"),
+        updated_at=bindparam("b_at"),
+    )
+)
+
+# Literal, as in the partial indexes' predicate: only then do the planners use those indexes.
+_open = text("deliveries.state IN ('INFLIGHT', 'RETRYING')")
+assert OPEN_STATES == ("INFLIGHT", "RETRYING")
+_oldest_open = select(func.min(d.queue_offset)).where(
+    d.consumer_group == bindparam("group"),
+    d.topic == bindparam("topic"),
+    d.queue_id == bindparam("queue"),
+    d.client_id == bindparam("client"),
+    _open,
+)
+
+# committed = the oldest open offset of the queue, else the pull offset.
+_oldest_open_of_row = (
+    select(func.min(d.queue_offset))
+    .where(
+        d.consumer_group == o.consumer_group,
+        d.topic == o.topic,
+        d.queue_id == o.queue_id,
+        d.client_id == o.client_id,
+        _open,
+    )
+    .scalar_subquery()
+)
+_row_key = and_(
+    o.consumer_group == bindparam("b_group"),
+    o.topic == bindparam("b_topic"),
+    o.queue_id == bindparam("b_queue"),
+    o.client_id == bindparam("b_client"),
+)
+_advance = (
+    update(consumer_offsets)
+    .where(_row_key)
+    .values(
+        committed_offset=func.coalesce(_oldest_open_of_row, o.pulled_offset),
+        updated_at=bindparam("b_at"),
+    )
+)
+# PostgreSQL: a row another broker holds is left to it (it advances the offset itself, or the next
+# ack or receive does); an offset behind is safe, it only redelivers.
+_other = consumer_offsets.alias("held")
+_advance_unless_held = _advance.where(
+    exists(
+        select(_other.c.queue_id)
+        .where(
+            _other.c.consumer_group == bindparam("b_group"),
+            _other.c.topic == bindparam("b_topic"),
+            _other.c.queue_id == bindparam("b_queue"),
+            _other.c.client_id == bindparam("b_client"),
+        )
+        .with_for_update(skip_locked=True)
+    )
+)
+
+_first_since = select(func.min(m.queue_offset)).where(
+    m.topic == bindparam("topic"),
+    m.queue_id == bindparam("queue"),
+    m.stored_at >= bindparam("at"),
+)
+_messages_from = (
+    select(messages)
+    .where(
+        m.topic == bindparam("topic"),
+        m.queue_id == bindparam("queue"),
+        m.queue_offset >= bindparam("offset"),
+    )
+    .order_by(m.queue_offset)
+    .limit(bindparam("limit"))
+)
+
+_insert_deliveries = BulkInsert(
+    deliveries,
+    (
+        "consumer_group",
+        "client_id",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "msg_id",
+        "receipt_handle",
+        "state",
+        "reconsume_times",
+        "delivered_at",
+        "invisible_until",
+    ),
+)
+
+_due = (
+    select(deliveries)
+    .where(d.consumer_group == bindparam("group"), _open, d.invisible_until <= bindparam("now"))
+    .order_by(d.invisible_until)
+    .limit(bindparam("limit"))
+)
+_due_of_client = _due.where(d.client_id == bindparam("client"))
+_next_due = select(func.min(d.invisible_until)).where(d.consumer_group == bindparam("group"), _open)
+
+_by_handle = select(deliveries).where(
+    d.consumer_group == bindparam("group"), d.receipt_handle == bindparam("handle")
+)
+_finish = (
+    update(deliveries)
+    .where(
+        d.consumer_group == bindparam("b_group"),
+        d.receipt_handle.in_(bindparam("b_handles", expanding=True)),
+        d.state == DeliveryState.INFLIGHT.value,
+        d.invisible_until > bindparam("b_now"),
+    )
+    .values(state=bindparam("b_state"), finished_at=bindparam("b_now"))
+    .returning(*deliveries.c)
+)
+_set_delivery = (
+    update(deliveries)
+    .where(d.id == bindparam("b_id"), d.state == bindparam("b_from"))
+    .values(
+        state=bindparam("b_state"),
+        receipt_handle=bindparam("b_handle"),
+        invisible_until=bindparam("b_until"),
+        finished_at=bindparam("b_finished"),
+    )
+)
+_expire_queue = (
+    update(deliveries)
+    .where(
+        d.consumer_group == bindparam("b_group"),
+        d.topic == bindparam("b_topic"),
+        d.queue_id == bindparam("b_queue"),
+        _open,
+    )
+    .values(state=DeliveryState.EXPIRED.value, finished_at=bindparam("b_now"))
+)
+_visible_now = case((d.invisible_until > bindparam("now"), 0), else_=1)
+_open_counts = (
+    select(
+        d.topic,
+        d.queue_id,
+        d.client_id,
+        d.state,
+        func.count().label("n"),
+        func.sum(_visible_now).label("due"),
+    )
+    .where(d.consumer_group == bindparam("group"), _open)
+    .group_by(d.topic, d.queue_id, d.client_id, d.state)
+)
+
+_topic_messages = (
+    select(messages)
+    .where(m.topic == bindparam("topic"))
+    .order_by(m.queue_id, m.queue_offset)
+    .limit(bindparam("limit"))
+)
+_dead_by_msg_id = select(messages).where(
+    m.msg_id == bindparam("msg_id"), m.topic == bindparam("topic")
+)
+_waiting = select(messages).where(
+    m.topic == names.SCHEDULE_TOPIC, m.released_at.is_(None), m.deliver_at.is_not(None)
+)
+
+
+class ConsumerStore:
+    conn: Connection
+    _postgres: bool
+
+    def _insert(self) -> Any:
+        return postgresql.insert if self._postgres else sqlite.insert
+
+    # -- groups, subscriptions, members ---------------------------------------------------------
+
+    def get_consumer_group(self, name: str) -> ConsumerGroup | None:
+        row = self.conn.execute(_group, {"name": name}).first()
+        return _group_record(row._mapping) if row else None
+
+    def create_consumer_group(self, group: ConsumerGroup) -> bool:
+        """Insert the group; False if it exists already (another broker created it first)."""
+        stmt = (
+            self._insert()(consumer_groups)
+            .values(
+                name=group.name,
+                message_model=group.message_model.value,
+                consume_from=group.consume_from.value,
+                consume_timestamp=group.consume_timestamp,
+                max_reconsume_times=group.max_reconsume_times,
+                orderly=group.orderly,
+                created_at=group.created_at,
+            )
+            .on_conflict_do_nothing()
+        )
+        return bool(self.conn.execute(stmt).rowcount == 1)
+
+    def list_subscriptions(self, group: str) -> list[Subscription]:
+        result = self.conn.execute(_subscriptions, {"group": group})
+        return [Subscription(r.consumer_group, r.topic, r.expression, r.created_at) for r in result]
+
+    def put_subscription(self, subscription: Subscription) -> None:
+        stmt = self._insert()(subscriptions).values(
+            consumer_group=subscription.consumer_group,
+            topic=subscription.topic,
+            expression=subscription.expression,
+            created_at=subscription.created_at,
+        )
+        self.conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["consumer_group", "topic"],
+                set_={"expression": stmt.excluded.expression},
+            )
+        )
+
+    def touch_consumer(self, group: str, client_id: str, at: int) -> None:
+        stmt = self._insert()(consumers).values(
+            consumer_group=group, client_id=client_id, last_seen_at=at
+        )
+        self.conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["consumer_group", "client_id"],
+                set_={"last_seen_at": stmt.excluded.last_seen_at},
+            )
+        )
+
+    def list_consumers(self, group: str) -> list[Member]:
+        result = self.conn.execute(_members, {"group": group})
+        return [Member(r.consumer_group, r.client_id, r.last_seen_at) for r in result]
+
+    # -- progress -------------------------------------------------------------------------------
+
+    def lock_progress(self, group: str, topic: str, client_id: str) -> list[QueueProgress]:
+        """The progress rows of a topic this unit may move (on PostgreSQL: not held elsewhere)."""
+        query = _progress_locked if self._postgres else _progress
+        result = self.conn.execute(query, {"group": group, "topic": topic, "client": client_id})
+        return [_progress_record(r._mapping) for r in result]
+
+    def init_progress(self, progress: Sequence[QueueProgress], at: int) -> None:
+        if not progress:
+            return
+        self.conn.execute(
+            self._insert()(consumer_offsets).on_conflict_do_nothing(),
+            [
+                {
+                    "consumer_group": p.consumer_group,
+                    "topic": p.topic,
+                    "queue_id": p.queue_id,
+                    "client_id": p.client_id,
+                    "committed_offset": p.committed_offset,
+                    "pulled_offset": p.pulled_offset,
+                    "updated_at": at,
+                }
+                for p in progress
+            ],
+        )
+
+    def save_progress(self, progress: QueueProgress, at: int) -> None:
+        self.conn.execute(
+            _save_progress,
+            {
+                "b_group": progress.consumer_group,
+                "b_topic": progress.topic,
+                "b_queue": progress.queue_id,
+                "b_client": progress.client_id,
+                "b_committed": progress.committed_offset,
+                "b_pulled": progress.pulled_offset,
+                "b_at": at,
+            },
+        )
+
+    def advance_committed(self, keys: Sequence[tuple[str, str, int, str]], at: int) -> None:
+        """Move the committed offset of each (group, topic, queue, client) to its oldest open
+        offset (else its pull offset)."""
+        if not keys:
+            return
+        stmt = _advance_unless_held if self._postgres else _advance
+        self.conn.execute(
+            stmt,
+            [
+                {"b_group": gr, "b_topic": t, "b_queue": q, "b_client": c, "b_at": at}
+                for gr, t, q, c in sorted(set(keys))
+            ],
+        )
+
+    def list_progress(self, group: str) -> list[QueueProgress]:
+        result = self.conn.execute(_all_progress, {"group": group})
+        return [_progress_record(r._mapping) for r in result]
+
+    def oldest_open_offset(
+        self, group: str, topic: str, queue_id: int, client_id: str
+    ) -> int | None:
+        value = self.conn.execute(
+            _oldest_open, {"group": group, "topic": topic, "queue": queue_id, "client": client_id}
+        ).scalar()
+        return None if value is None else int(value)
+
+    def first_offset_since(self, topic: str, queue_id: int, at: int) -> int | None:
+        value = self.conn.execute(
+            _first_since, {"topic": topic, "queue": queue_id, "at": at}
+        ).scalar()
+        return None if value is None else int(value)
+
+    def messages_from(
+        self, topic: str, queue_id: int, offset: int, limit: int
+    ) -> list[StoredMessage]:
+        result = self.conn.execute(
+            _messages_from, {"topic": topic, "queue": queue_id, "offset": offset, "limit": limit}
+        )
+        return [rows.stored_message(r) for r in result]
+
+    # -- deliveries -----------------------------------------------------------------------------
+
+    def add_deliveries(self, new: Sequence[NewDelivery]) -> None:
+        inflight = DeliveryState.INFLIGHT.value
+        _insert_deliveries.execute(
+            self.conn,
+            [
+                (
+                    n.consumer_group,
+                    n.client_id,
+                    n.topic,
+                    n.queue_id,
+                    n.queue_offset,
+                    n.msg_id,
+                    n.receipt_handle,
+                    inflight,
+                    n.reconsume_times,
+                    n.delivered_at,
+                    n.invisible_until,
+                )
+                for n in new
+            ],
+        )
+
+    def claim_due_deliveries(
+        self, group: str, client_id: str | None, now: int, limit: int
+    ) -> list[Delivery]:
+        """Open deliveries whose invisibility ran out (or whose orderly retry is due), locked."""
+        query = _due if client_id is None else _due_of_client
+        if self._postgres:
+            query = query.with_for_update(skip_locked=True)
+        params = {"group": group, "client": client_id, "now": now, "limit": limit}
+        return [_delivery_record(r._mapping) for r in self.conn.execute(query, params)]
+
+    def next_due_at(self, group: str) -> int | None:
+        value = self.conn.execute(_next_due, {"group": group}).scalar()
+        return None if value is None else int(value)
+
+    def get_delivery(self, group: str, receipt_handle: str) -> Delivery | None:
+        row = self.conn.execute(_by_handle, {"group": group, "handle": receipt_handle}).first()
+        return _delivery_record(row._mapping) if row else None
+
+    def finish_deliveries(
+        self, group: str, handles: Sequence[str], state: DeliveryState, now: int
+    ) -> list[Delivery]:
+        """End the in-flight, still invisible deliveries behind ``handles``; the ones it ended."""
+        if not handles:
+            return []
+        params = {
+            "b_group": group,
+            "b_handles": list(handles),
+            "b_state": state.value,
+            "b_now": now,
+        }
+        return [_delivery_record(r._mapping) for r in self.conn.execute(_finish, params)]
+
+    def set_delivery(
+        self,
+        delivery: Delivery,
+        *,
+        state: DeliveryState,
+        receipt_handle: str | None = None,
+        invisible_until: int | None = None,
+        finished_at: int | None = None,
+    ) -> bool:
+        """Move a delivery on from the state it was read in; False if it moved meanwhile."""
+        params = {
+            "b_id": delivery.id,
+            "b_from": delivery.state.value,
+            "b_state": state.value,
+            "b_handle": receipt_handle or delivery.receipt_handle,
+            "b_until": delivery.invisible_until if invisible_until is None else invisible_until,
+            "b_finished": finished_at,
+        }
+        return bool(self.conn.execute(_set_delivery, params).rowcount == 1)
+
+    def expire_queue_deliveries(self, group: str, topic: str, queue_id: int, now: int) -> int:
+        params = {"b_group": group, "b_topic": topic, "b_queue": queue_id, "b_now": now}
+        return int(self.conn.execute(_expire_queue, params).rowcount)
+
+    def open_delivery_counts(self, group: str, now: int) -> dict[tuple[str, int, str], list[int]]:
+        """(topic, queue, client) -> [in flight, retrying] of the group's open deliveries."""
+        counts: dict[tuple[str, int, str], list[int]] = {}
+        for r in self.conn.execute(_open_counts, {"group": group, "now": now}):
+            slot = counts.setdefault((r.topic, r.queue_id, r.client_id), [0, 0])
+            if r.state == DeliveryState.RETRYING.value:
+                slot[1] += int(r.n)
+            else:  # in flight; the ones past their invisibility wait to be handed out again
+                slot[0] += int(r.n) - int(r.due or 0)
+                slot[1] += int(r.due or 0)
+        return counts
+
+    # -- retry and dead letters -----------------------------------------------------------------
+
+    def topic_messages(self, topic: str, limit: int) -> list[StoredMessage]:
+        result = self.conn.execute(_topic_messages, {"topic": topic, "limit": limit})
+        return [rows.stored_message(r) for r in result]
+
+    def find_in_topic(self, topic: str, msg_id: str) -> list[StoredMessage]:
+        result = self.conn.execute(_dead_by_msg_id, {"topic": topic, "msg_id": msg_id})
+        return [rows.stored_message(r) for r in result]
+
+    def waiting_retries(self, retry_topic: str) -> list[StoredMessage]:
+        """Retry copies of a group still waiting for their time in SCHEDULE_TOPIC_XXXX."""
+        query = _waiting.where(m.properties.contains(retry_topic, autoescape=True))
+        found = [rows.stored_message(r) for r in self.conn.execute(query)]
+        return [msg for msg in found if msg.properties.get("REAL_TOPIC") == retry_topic]
+
+    def add_trace(
+        self, msg_id: str, event: str, actor: str, at: int, detail: str | None = None
+    ) -> None:
+        self.conn.execute(
+            insert(trace_events).values(
+                msg_id=msg_id, event=event, actor=actor, at=at, detail=detail
+            )
+        )
+
+    def delete_consumer_group(self, group: str) -> None:
+        for table, column in (
+            (subscriptions, s.consumer_group),
+            (consumers, consumers.c.consumer_group),
+            (consumer_offsets, o.consumer_group),
+            (consumer_groups, g.name),
+        ):
+            self.conn.execute(delete(table).where(column == group))
+
+
+def _group_record(r: Any) -> ConsumerGroup:
+    return ConsumerGroup(
+        name=r["name"],
+        message_model=MessageModel(r["message_model"]),
+        consume_from=ConsumeFrom(r["consume_from"]),
+        consume_timestamp=r["consume_timestamp"],
+        max_reconsume_times=r["max_reconsume_times"],
+        orderly=bool(r["orderly"]),
+        created_at=r["created_at"],
+    )
+
+
+def _progress_record(r: Any) -> QueueProgress:
+    return QueueProgress(
+        consumer_group=r["consumer_group"],
+        topic=r["topic"],
+        queue_id=r["queue_id"],
+        client_id=r["client_id"],
+        committed_offset=r["committed_offset"],
+        pulled_offset=r["pulled_offset"],
+    )
+
+
+def _delivery_record(r: Any) -> Delivery:
+    return Delivery(
+        id=r["id"],
+        consumer_group=r["consumer_group"],
+        client_id=r["client_id"],
+        topic=r["topic"],
+        queue_id=r["queue_id"],
+        queue_offset=r["queue_offset"],
+        msg_id=r["msg_id"],
+        receipt_handle=r["receipt_handle"],
+        state=DeliveryState(r["state"]),
+        reconsume_times=r["reconsume_times"],
+        delivered_at=r["delivered_at"],
+        invisible_until=r["invisible_until"],
+        finished_at=r["finished_at"],
+    )
