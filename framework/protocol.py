@@ -1,0 +1,251 @@
+"""The REST contract, without I/O: request building, answer parsing, retry and failover decisions.
+
+Both faces (``httpx.Client`` and ``httpx.AsyncClient``) drive the same objects: a :class:`Call`
+says what to send and how to read the answer; an :class:`Attempts` says where to send it and, after
+a failure, whether and when to try again.  Only :mod:`framework.transport` touches the network.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from framework.config import Retry
+from framework.errors import BrokerError, BrokerUnavailableError, ConfigurationError, broker_error
+from framework.message import HalfReceipt, Message, SendResult, from_wire, to_wire
+
+T = TypeVar("T")
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+FAILOVER_STATUSES = frozenset({500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    content: bytes
+    url: str = ""
+
+    def json(self) -> Any:
+        return orjson.loads(self.content) if self.content else None
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One REST call: what to send and how to read a 2xx answer."""
+
+    method: str
+    path: str
+    parse: Callable[[Answer], T]
+    body: Any = None
+    params: Mapping[str, str | int | float] | None = None
+    extra_read: float = 0.0  # a long-poll's wait, added to the read time-out
+    fields: Mapping[str, str] = field(default_factory=dict)  # ids for errors (topic, ...)
+
+    def content(self) -> bytes | None:
+        return None if self.body is None else orjson.dumps(self.body)
+
+
+class Endpoints:
+    """The brokers of a client, sticky on the one that last answered, moving on when it fails."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        cleaned = tuple(u.rstrip("/") for u in urls)
+        if not cleaned:
+            raise ConfigurationError("at least one broker URL is needed")
+        self.urls = cleaned
+        self._current = 0
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> int:
+        return self._current
+
+    def failed(self, index: int) -> None:
+        with self._lock:
+            if self._current == index:
+                self._current = (index + 1) % len(self.urls)
+
+
+class Attempts:
+    """The retry and failover decisions for one call (sans-I/O: the driver sleeps and sends)."""
+
+    def __init__(self, endpoints: Endpoints, retry: Retry, call: Call[Any]) -> None:
+        self.endpoints = endpoints
+        self.retry = retry
+        self.call = call
+        self.failures = 0
+        self.index = endpoints.current
+
+    @property
+    def url(self) -> str:
+        return self.endpoints.urls[self.index] + self.call.path
+
+    def answered(self, answer: Answer) -> tuple[Any, float | None]:
+        """``(result, None)`` on success, ``(None, delay)`` to try again; raises otherwise."""
+        if 200 <= answer.status < 300:
+            return self.call.parse(answer), None
+        error = parse_error(answer, self.call.fields)
+        if answer.status not in RETRY_STATUSES:
+            raise error
+        if answer.status in FAILOVER_STATUSES:
+            self._move_on()
+        return None, self._again(error)
+
+    def unreachable(self, cause: Exception) -> float:
+        """No answer: the delay before the next attempt (on the next broker); raises when spent."""
+        self._move_on()
+        unavailable = BrokerUnavailableError(
+            f"no broker answered {self.call.method} {self.call.path} after "
+            f"{self.failures + 1} attempts: {cause!r}",
+            urls=self.endpoints.urls,
+            attempts=self.failures + 1,
+            **dict(self.call.fields),
+        )
+        try:
+            return self._again(unavailable)
+        except BrokerUnavailableError as exc:
+            raise exc from cause
+
+    def _move_on(self) -> None:
+        self.endpoints.failed(self.index)
+        self.index = self.endpoints.current
+
+    def _again(self, error: BrokerError | BrokerUnavailableError) -> float:
+        self.failures += 1
+        if self.failures >= self.retry.attempts:
+            raise error
+        return self.retry.delay(self.failures)
+
+
+def parse_error(answer: Answer, fields: Mapping[str, str]) -> BrokerError:
+    try:
+        envelope = answer.json()["error"]
+        code, message = str(envelope["code"]), str(envelope["message"])
+        detail = envelope.get("detail") or {}
+    except (ValueError, TypeError, KeyError):
+        code, message, detail = "HTTP_ERROR", answer.content[:200].decode(errors="replace"), {}
+    error = broker_error(answer.status, code, message, detail, answer.url)
+    for name, value in fields.items():
+        if getattr(error, name, None) is None:
+            setattr(error, name, value)
+    return error
+
+
+# -- the calls ---------------------------------------------------------------------------------
+
+
+def _send_result(data: Mapping[str, Any]) -> SendResult:
+    return SendResult(
+        msg_id=data["msg_id"],
+        topic=data["topic"],
+        queue_id=data["queue_id"],
+        queue_offset=data.get("queue_offset"),
+        duplicate=bool(data.get("duplicate", False)),
+    )
+
+
+def send(message: Message) -> Call[SendResult]:
+    return Call(
+        "POST",
+        f"/v1/topics/{message.topic}/messages",
+        lambda a: _send_result(a.json()),
+        body=to_wire(message),
+        fields={"topic": message.topic, "msg_id": message.msg_id},
+    )
+
+
+def send_batch(topic: str, messages: Sequence[Message]) -> Call[list[SendResult]]:
+    for message in messages:
+        if message.topic != topic:
+            raise ConfigurationError(
+                f"a batch goes to one topic: {message.topic!r} is not {topic!r}", topic=topic
+            )
+    return Call(
+        "POST",
+        f"/v1/topics/{topic}/messages:batch",
+        lambda a: [_send_result(r) for r in a.json()["results"]],
+        body={"messages": [to_wire(m) for m in messages]},
+        fields={"topic": topic},
+    )
+
+
+def prepare(
+    message: Message, group: str, check_immunity_seconds: float | None = None
+) -> Call[HalfReceipt]:
+    body = {**to_wire(message), "topic": message.topic, "producer_group": group}
+    if check_immunity_seconds is not None:
+        body["check_immunity_seconds"] = check_immunity_seconds
+
+    def parse(answer: Answer) -> HalfReceipt:
+        data = answer.json()
+        return HalfReceipt(data["transaction_id"], data["msg_id"], bool(data.get("duplicate")))
+
+    return Call(
+        "POST",
+        "/v1/transactions",
+        parse,
+        body=body,
+        fields={"topic": message.topic, "msg_id": message.msg_id},
+    )
+
+
+def end(transaction_id: str, group: str, commit: bool, *, from_check: bool) -> Call[str]:
+    """Commit or roll back a half; answers the broker's state (COMMITTED or ROLLED_BACK)."""
+    verb = "commit" if commit else "rollback"
+    return Call(
+        "POST",
+        f"/v1/transactions/{transaction_id}/{verb}",
+        lambda a: str(a.json()["state"]),
+        body={"producer_group": group, "from_check": from_check},
+        fields={"transaction_id": transaction_id},
+    )
+
+
+def get_transaction(transaction_id: str) -> Call[dict[str, Any]]:
+    return Call(
+        "GET",
+        f"/v1/transactions/{transaction_id}",
+        lambda a: dict(a.json()),
+        fields={"transaction_id": transaction_id},
+    )
+
+
+def heartbeat(
+    group: str, client_id: str, callback_url: str | None, topics: Sequence[str]
+) -> Call[None]:
+    return Call(
+        "POST",
+        f"/v1/producer-groups/{group}/heartbeat",
+        lambda a: None,
+        body={"client_id": client_id, "callback_url": callback_url, "topics": list(topics)},
+    )
+
+
+def pull_checks(group: str, client_id: str, max_checks: int, wait: float) -> Call[list[Message]]:
+    return Call(
+        "GET",
+        f"/v1/producer-groups/{group}/checks",
+        lambda a: [check_message(c) for c in a.json()["checks"]],
+        params={"client_id": client_id, "max": max_checks, "wait_seconds": wait},
+        extra_read=wait,
+    )
+
+
+def check_message(data: Mapping[str, Any]) -> Message:
+    """A check request (push body or pull item) as the message it asks about."""
+    message = from_wire(data)
+    return message.evolve(
+        properties={**message.properties, "CHECK_TIMES": str(data.get("check_times", 0))}
+    )
+
+
+def create_topic(name: str, queues: int | None = None, order: bool = False) -> Call[None]:
+    body: dict[str, Any] = {"name": name, "order": order}
+    if queues is not None:
+        body["queues"] = queues
+    return Call("POST", "/v1/topics", lambda a: None, body=body, fields={"topic": name})

@@ -1,0 +1,113 @@
+"""The only I/O of the client: two small drivers of :mod:`framework.protocol`, one on
+``httpx.Client`` (threads, ``time.sleep``) and one on ``httpx.AsyncClient`` (``asyncio.sleep``).
+Neither hides the other: the sync face runs no event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import TypeVar
+
+import httpx
+
+from framework.config import Retry, Timeout
+from framework.protocol import Answer, Attempts, Call, Endpoints
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = Timeout()
+DEFAULT_RETRY = Retry()
+_HEADERS = {"content-type": "application/json", "user-agent": "halfmq-framework/0.1"}
+
+
+def _limits() -> httpx.Limits:
+    return httpx.Limits(max_connections=64, max_keepalive_connections=32)
+
+
+class BrokerClient:
+    """Calls the brokers from threads (``httpx.Client`` is thread-safe)."""
+
+    def __init__(
+        self,
+        brokers: Sequence[str],
+        *,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+        retry: Retry = DEFAULT_RETRY,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.endpoints = Endpoints(brokers)
+        self.timeout = timeout
+        self.retry = retry
+        self.http = httpx.Client(headers=_HEADERS, transport=transport, limits=_limits())
+
+    def call(self, call: Call[T], retry: Retry | None = None) -> T:
+        attempts = Attempts(self.endpoints, retry or self.retry, call)
+        content = call.content()
+        while True:
+            url = attempts.url
+            try:
+                response = self.http.request(
+                    call.method,
+                    url,
+                    content=content,
+                    params=call.params,
+                    timeout=self.timeout.to_httpx(extra_read=call.extra_read),
+                )
+            except httpx.TransportError as exc:
+                delay = attempts.unreachable(exc)
+            else:
+                result, again = attempts.answered(
+                    Answer(response.status_code, response.content, url)
+                )
+                if again is None:
+                    return result  # type: ignore[no-any-return]
+                delay = again
+            time.sleep(delay)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class AsyncBrokerClient:
+    """Calls the brokers from coroutines."""
+
+    def __init__(
+        self,
+        brokers: Sequence[str],
+        *,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+        retry: Retry = DEFAULT_RETRY,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.endpoints = Endpoints(brokers)
+        self.timeout = timeout
+        self.retry = retry
+        self.http = httpx.AsyncClient(headers=_HEADERS, transport=transport, limits=_limits())
+
+    async def call(self, call: Call[T], retry: Retry | None = None) -> T:
+        attempts = Attempts(self.endpoints, retry or self.retry, call)
+        content = call.content()
+        while True:
+            url = attempts.url
+            try:
+                response = await self.http.request(
+                    call.method,
+                    url,
+                    content=content,
+                    params=call.params,
+                    timeout=self.timeout.to_httpx(extra_read=call.extra_read),
+                )
+            except httpx.TransportError as exc:
+                delay = attempts.unreachable(exc)
+            else:
+                result, again = attempts.answered(
+                    Answer(response.status_code, response.content, url)
+                )
+                if again is None:
+                    return result  # type: ignore[no-any-return]
+                delay = again
+            await asyncio.sleep(delay)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
