@@ -21,4 +21,5 @@ IdPath = Annotated[Storable, Path(json_schema_extra={"pattern": TEXT_PATTERN})]
 _TEXT = {"pattern": TEXT_PATTERN}
 TopicQuery = Annotated[Storable | None, Query(max_length=255, json_schema_extra=_TEXT)]
 KeyQuery = Annotated[Storable | None, Query(min_length=1, max_length=128, json_schema_extra=_TEXT)]
+TextQuery = Annotated[Storable, Query(min_length=1, max_length=255, json_schema_extra=_TEXT)]
 GroupQuery = Annotated[Storable | None, Query(max_length=255, json_schema_extra=_TEXT)]

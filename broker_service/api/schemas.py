@@ -149,7 +149,8 @@ class MessageIn(Strict):
         Annotated[
             str,
             AfterValidator(_storable),
-            Field(json_schema_extra={"pattern": "^[^|\\s\\u0000]{1,128}$"}),
+            # Python's \s (the domain's) also takes \x1c-\x1f; JSON Schema's does not.
+            Field(json_schema_extra={"pattern": "^[^|\\s\\u001c-\\u001f\\u0000]{1,128}$"}),
         ]
         | None
     ) = Field(None, description="1-128 characters, no '|' and no whitespace")
@@ -334,7 +335,9 @@ class TransactionListOut(BaseModel):
 
 class HeartbeatIn(Strict):
     client_id: Annotated[Text, Field(min_length=1, max_length=255)]
-    callback_url: Annotated[Text, Field(max_length=2048)] | None = None
+    callback_url: (
+        Annotated[str, Field(max_length=2048, pattern=r"^https?://[^\s\x00]+$")] | None
+    ) = Field(None, description="Where the broker POSTs check requests (push mode)")
     topics: list[Annotated[Text, Field(max_length=255)]] = Field(
         default_factory=list, max_length=1000, description="Topics this instance produces to"
     )

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from broker_service.api import convert
 from broker_service.api.deps import MetricsDep, ServiceDep, SettingsDep
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.params import GroupName, IdPath, TextQuery
 from broker_service.api.schemas import TransactionOut, rfc3339
 from broker_service.domain.checkback import CheckBack
 from broker_service.schedulers.checkback import PullHub, check_payload
@@ -63,11 +64,11 @@ def _hub(request: Request) -> PullHub:
 
 @router.get("/v1/producer-groups/{group}/checks", response_model=ChecksOut)
 async def pull_checks(
-    group: str,
+    group: GroupName,
     request: Request,
     service: ServiceDep,
     metrics: MetricsDep,
-    client_id: Annotated[str, Query(min_length=1, max_length=255)],
+    client_id: TextQuery,
     max: Annotated[int, Query(ge=1, le=1000)] = 32,
     wait_seconds: Annotated[float, Query(ge=0, le=60)] = 20,
 ) -> ChecksOut:
@@ -95,7 +96,7 @@ async def pull_checks(
 
 @router.get("/v1/producer-groups/{group}", response_model=ProducerGroupOut)
 async def get_producer_group(
-    group: str, service: ServiceDep, settings: SettingsDep
+    group: GroupName, service: ServiceDep, settings: SettingsDep
 ) -> ProducerGroupOut:
     """The group's instances as their heartbeats describe them."""
     instances = await service.producer_group(group)
@@ -117,7 +118,7 @@ async def get_producer_group(
 
 
 @router.delete("/v1/producer-groups/{group}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_producer_group(group: str, service: ServiceDep) -> Response:
+async def delete_producer_group(group: GroupName, service: ServiceDep) -> Response:
     """Forget the group's instances.  Its pending halves are kept; rounds skip them without
     counting until an instance heartbeats again."""
     await service.delete_producer_group(group)
@@ -125,7 +126,7 @@ async def delete_producer_group(group: str, service: ServiceDep) -> Response:
 
 
 @router.post("/v1/transactions/{transaction_id}/check", response_model=TransactionOut)
-async def check_now(transaction_id: str, request: Request, service: ServiceDep) -> Any:
+async def check_now(transaction_id: IdPath, request: Request, service: ServiceDep) -> Any:
     """Operator: check this transaction in the next round, also when it is DISCARDED."""
     record = await service.check_now(_checkback(request), transaction_id)
     scheduler = getattr(request.app.state, "scheduler", None)

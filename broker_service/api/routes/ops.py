@@ -32,7 +32,7 @@ async def readyz(request: Request, metrics: MetricsDep) -> Any:
     return {"status": "ready"}
 
 
-@router.get("/metrics", response_class=Response)
+@router.get("/metrics", response_class=Response, responses={503: ERROR_RESPONSES[503]})
 async def metrics_text(request: Request, metrics: MetricsDep) -> Response:
     stats = request.app.state.store.stats()
     ages = await request.app.state.service.pending_by_age([age * 1000 for age in PENDING_AGES])
