@@ -60,3 +60,16 @@ class BrokerMetrics:
             "1 when the store is reachable and its schema current",
             registry=self.registry,
         )
+        self.consumer_messages = Counter(
+            "halfmq_consumer_messages",
+            "Consumer-group events by outcome: delivered, acked, stale_ack, retry, "
+            "retry_in_place (orderly), dlq, resent",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.receive_wait = Counter(
+            "halfmq_receives",
+            "Receives by result: messages (answered with some) or empty (after any long poll)",
+            ["result"],
+            registry=self.registry,
+        )

@@ -48,7 +48,8 @@ from broker_service.domain.ports import StoreTx
 
 ProgressKey = tuple[str, str, int, str]
 _SCAN_CHUNK = 256
-_SCAN_MAX = 4096  # most messages one receive looks at in one queue (tag filters skip the rest)
+_SCAN_MAX = 4096
+_KNOWN_MS = 1000  # most messages one receive looks at in one queue (tag filters skip the rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,25 @@ class Consumers:
         self.config = config
         self.clock = clock
         self._turn = itertools.count()
+        # Groups and subscriptions change rarely and every receive and ack needs them: kept for
+        # a second (changes made through this broker are seen at once).
+        self._known: dict[str, tuple[int, ConsumerGroup, list[Subscription]]] = {}
+
+    def group_of(
+        self, tx: StoreTx, name: str, topic: str | None = None
+    ) -> tuple[ConsumerGroup, list[Subscription]]:
+        now = self.clock()
+        known = self._known.get(name)
+        if known is not None and known[0] > now:
+            _, group, subscriptions = known
+            if topic is None or any(s.topic == topic for s in subscriptions):
+                return group, subscriptions
+        group = get_group(tx, name)
+        subscriptions = tx.list_subscriptions(group.name)
+        if len(self._known) > 10_000:
+            self._known.clear()
+        self._known[name] = (now + _KNOWN_MS, group, subscriptions)
+        return group, subscriptions
 
     def max_reconsume_times(self, group: ConsumerGroup) -> int:
         if group.max_reconsume_times is not None:
@@ -149,6 +169,7 @@ class Consumers:
             )
 
         def unit(tx: StoreTx) -> GroupCreated:
+            self._known.pop(wanted.name, None)
             existing = tx.get_consumer_group(wanted.name)
             if existing is not None:
                 if not existing.same_config(wanted):
@@ -188,6 +209,7 @@ class Consumers:
         tag_filter = TagFilter.parse(expression)
 
         def unit(tx: StoreTx) -> Subscribed:
+            self._known.pop(group_name, None)
             group = tx.get_consumer_group(group_name)
             if group is None:
                 if not self.config.auto_create_groups:
@@ -235,8 +257,7 @@ class Consumers:
             names.check_user_topic(topic_name)
 
         def unit(tx: StoreTx) -> ReceiveResult:
-            group = get_group(tx, group_name)
-            subscriptions = tx.list_subscriptions(group.name)
+            group, subscriptions = self.group_of(tx, group_name, topic_name)
             if topic_name is not None:
                 subscriptions = [s for s in subscriptions if s.topic == topic_name]
                 if not subscriptions:
@@ -260,17 +281,14 @@ class Consumers:
             self._redeliver_due(tx, claim)
             tx.add_deliveries(claim.new)  # before new ones: an orderly queue sees them open
             claim.new = []
-            sources = [(s.topic, s.filter) for s in subscriptions]
-            sources.append((retry_topic(group.name), TagFilter("*", None)))
-            for topic, tag_filter in sources:
-                if claim.left <= 0:
-                    break
-                self._claim_topic(tx, claim, topic, tag_filter)
+            sources = {s.topic: s.filter for s in subscriptions}
+            sources[retry_topic(group.name)] = TagFilter("*", None)
+            if claim.left > 0:
+                self._claim_new(tx, claim, sources)
             tx.add_deliveries(claim.new)
             tx.advance_committed(sorted(claim.moved), now)
-            return ReceiveResult(
-                claim.delivered, [t for t, _ in sources], tx.next_due_at(group.name)
-            )
+            next_due = None if claim.delivered else tx.next_due_at(group.name)
+            return ReceiveResult(claim.delivered, list(sources), next_due)
 
         return unit
 
@@ -299,60 +317,73 @@ class Consumers:
             self._hand_out(claim, message, due.client_id or claim.client_key, times)
             claim.moved.add(key)
 
-    def _claim_topic(self, tx: StoreTx, claim: _Claim, topic: str, tag_filter: TagFilter) -> None:
+    def _claim_new(self, tx: StoreTx, claim: _Claim, sources: dict[str, TagFilter]) -> None:
+        """New messages from the pull offsets on: one look at every queue's progress, then only
+        the queues with something new are locked and read."""
         group = claim.group
-        if tx.get_topic(topic) is None:
+        overview = tx.progress_overview(group.name, list(sources), claim.client_key)
+        fresh = [
+            QueueProgress(group.name, info.topic, info.queue_id, claim.client_key, at, at)
+            for info, progress in overview
+            if progress is None
+            for at in [start_offset(tx, group, info)]
+        ]
+        tx.init_progress(fresh, claim.now)
+        started = {(p.topic, p.queue_id): p.pulled_offset for p in fresh}
+        infos = {(info.topic, info.queue_id): info for info, _ in overview}
+        candidates: list[tuple[str, int]] = []
+        seen: dict[tuple[str, int], QueueProgress] = {}
+        for info, progress in overview:
+            key = (info.topic, info.queue_id)
+            if progress is None:
+                at = started[key]
+                progress = QueueProgress(
+                    group.name, info.topic, info.queue_id, claim.client_key, at, at
+                )
+            seen[key] = progress
+            if progress.pulled_offset < info.max_offset:
+                candidates.append(key)
+        if not candidates:
             return
-        infos = {q.queue_id: q for q in tx.queue_infos(topic)}
-        progress = {p.queue_id: p for p in tx.lock_progress(group.name, topic, claim.client_key)}
-        missing = [q for q in infos if q not in progress]
-        if missing:
-            tx.init_progress(
-                [
-                    QueueProgress(group.name, topic, q, claim.client_key, at, at)
-                    for q in missing
-                    for at in [start_offset(tx, group, infos[q])]
-                ],
-                claim.now,
-            )
-            progress.update(
-                (p.queue_id, p)
-                for p in tx.lock_progress(group.name, topic, claim.client_key)
-                if p.queue_id in missing
-            )
-        queue_ids = sorted(progress)
-        if not queue_ids:
-            return
-        turn = next(self._turn) % len(queue_ids)
-        for queue_id in queue_ids[turn:] + queue_ids[:turn]:
+        if tx.claims_need_locks:
+            # Another broker may move these rows: lock the ones it does not hold, as they are now.
+            locked = {
+                (p.topic, p.queue_id): p
+                for p in tx.lock_queues_progress(group.name, claim.client_key, candidates)
+            }
+        else:  # one writer (SQLite): what the overview read is current
+            locked = seen
+        turn = next(self._turn) % len(candidates)
+        moved: list[QueueProgress] = []
+        for key in candidates[turn:] + candidates[:turn]:
+            current = locked.get(key)
             if claim.left <= 0:
-                return
-            info = infos.get(queue_id)
-            current = progress[queue_id]
-            if info is None or current.pulled_offset >= info.max_offset:
+                break
+            if current is None:  # another broker holds it now
+                continue
+            topic, queue_id = key
+            info = infos[key]
+            if current.pulled_offset >= info.max_offset:
                 continue
             if group.orderly and (
                 tx.oldest_open_offset(group.name, topic, queue_id, claim.client_key) is not None
             ):
                 continue
             want = 1 if group.orderly else claim.left
-            taken, pulled = self._scan(tx, claim, current, info, tag_filter, want)
+            taken, pulled = self._scan(tx, claim, current, info, sources[topic], want)
             if pulled == current.pulled_offset:
                 continue
             for message in taken:
                 self._hand_out(claim, message, claim.client_key, message.reconsume_times)
-            tx.save_progress(
-                QueueProgress(
-                    group.name,
-                    topic,
-                    queue_id,
-                    claim.client_key,
-                    current.committed_offset,
-                    pulled,
-                ),
-                claim.now,
+            committed = current.committed_offset
+            if committed >= current.pulled_offset:
+                # Nothing of the queue was open: the committed offset is the first new open
+                # offset, or the new pull offset when the tag filter took nothing.
+                committed = taken[0].queue_offset if taken else pulled
+            moved.append(
+                QueueProgress(group.name, topic, queue_id, claim.client_key, committed, pulled)
             )
-            claim.moved.add((group.name, topic, queue_id, claim.client_key))
+        tx.save_progress(moved, claim.now)
 
     def _scan(
         self,
@@ -415,7 +446,7 @@ class Consumers:
         wanted = list(dict.fromkeys(handles))
 
         def unit(tx: StoreTx) -> AckResult:
-            group = get_group(tx, group_name)
+            group, _ = self.group_of(tx, group_name)
             now = self.clock()
             done = tx.finish_deliveries(group.name, wanted, DeliveryState.ACKED, now)
             tx.advance_committed(

@@ -26,6 +26,7 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -43,7 +44,7 @@ from broker_service.domain.consumer_model import (
     QueueProgress,
     Subscription,
 )
-from broker_service.domain.model import StoredMessage
+from broker_service.domain.model import QueueInfo, StoredMessage
 from broker_service.store import rows
 from broker_service.store.bulk import BulkInsert
 from broker_service.store.schema import (
@@ -52,7 +53,9 @@ from broker_service.store.schema import (
     consumers,
     deliveries,
     messages,
+    queues,
     subscriptions,
+    topics,
     trace_events,
 )
 
@@ -152,6 +155,36 @@ _advance_unless_held = _advance.where(
         .with_for_update(skip_locked=True)
     )
 )
+
+_q = queues.c
+_overview = (
+    select(
+        _q.topic,
+        _q.queue_id,
+        _q.min_offset,
+        _q.next_offset,
+        o.committed_offset,
+        o.pulled_offset,
+    )
+    .join(topics, topics.c.name == _q.topic)
+    .outerjoin(
+        consumer_offsets,
+        and_(
+            o.topic == _q.topic,
+            o.queue_id == _q.queue_id,
+            o.consumer_group == bindparam("group"),
+            o.client_id == bindparam("client"),
+        ),
+    )
+    .where(_q.topic.in_(bindparam("topics", expanding=True)))
+    .order_by(_q.topic, _q.queue_id)
+)
+_progress_of_queues = select(consumer_offsets).where(
+    o.consumer_group == bindparam("group"),
+    o.client_id == bindparam("client"),
+    tuple_(o.topic, o.queue_id).in_(bindparam("keys", expanding=True)),
+)
+_progress_of_queues_locked = _progress_of_queues.with_for_update(skip_locked=True)
 
 _first_since = select(func.min(m.queue_offset)).where(
     m.topic == bindparam("topic"),
@@ -261,6 +294,11 @@ class ConsumerStore:
     conn: Connection
     _postgres: bool
 
+    @property
+    def claims_need_locks(self) -> bool:
+        """PostgreSQL may have several brokers writing; SQLite's one writer serializes claims."""
+        return self._postgres
+
     def _insert(self) -> Any:
         return postgresql.insert if self._postgres else sqlite.insert
 
@@ -328,6 +366,33 @@ class ConsumerStore:
         result = self.conn.execute(query, {"group": group, "topic": topic, "client": client_id})
         return [_progress_record(r._mapping) for r in result]
 
+    def progress_overview(
+        self, group: str, topics: Sequence[str], client_id: str
+    ) -> list[tuple[QueueInfo, QueueProgress | None]]:
+        """Every queue of the (existing) ``topics`` with the group's progress in it, unlocked."""
+        params = {"group": group, "client": client_id, "topics": list(topics)}
+        found: list[tuple[QueueInfo, QueueProgress | None]] = []
+        for r in self.conn.execute(_overview, params):
+            info = QueueInfo(r.topic, r.queue_id, r.min_offset, r.next_offset)
+            progress = None
+            if r.committed_offset is not None:
+                progress = QueueProgress(
+                    group, r.topic, r.queue_id, client_id, r.committed_offset, r.pulled_offset
+                )
+            found.append((info, progress))
+        return found
+
+    def lock_queues_progress(
+        self, group: str, client_id: str, keys: Sequence[tuple[str, int]]
+    ) -> list[QueueProgress]:
+        """The progress rows of these queues that this unit may move (PostgreSQL: those no other
+        broker holds), as they are now."""
+        if not keys:
+            return []
+        query = _progress_of_queues_locked if self._postgres else _progress_of_queues
+        params = {"group": group, "client": client_id, "keys": list(keys)}
+        return [_progress_record(r._mapping) for r in self.conn.execute(query, params)]
+
     def init_progress(self, progress: Sequence[QueueProgress], at: int) -> None:
         if not progress:
             return
@@ -347,18 +412,24 @@ class ConsumerStore:
             ],
         )
 
-    def save_progress(self, progress: QueueProgress, at: int) -> None:
+    def save_progress(self, progress: QueueProgress | Sequence[QueueProgress], at: int) -> None:
+        many = [progress] if isinstance(progress, QueueProgress) else list(progress)
+        if not many:
+            return
         self.conn.execute(
             _save_progress,
-            {
-                "b_group": progress.consumer_group,
-                "b_topic": progress.topic,
-                "b_queue": progress.queue_id,
-                "b_client": progress.client_id,
-                "b_committed": progress.committed_offset,
-                "b_pulled": progress.pulled_offset,
-                "b_at": at,
-            },
+            [
+                {
+                    "b_group": p.consumer_group,
+                    "b_topic": p.topic,
+                    "b_queue": p.queue_id,
+                    "b_client": p.client_id,
+                    "b_committed": p.committed_offset,
+                    "b_pulled": p.pulled_offset,
+                    "b_at": at,
+                }
+                for p in many
+            ],
         )
 
     def advance_committed(self, keys: Sequence[tuple[str, str, int, str]], at: int) -> None:
