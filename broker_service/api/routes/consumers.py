@@ -1,0 +1,286 @@
+"""``/v1/consumer-groups``: groups, subscriptions, receive / ack / nack, offsets and dead letters."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response, status
+
+from broker_service.api import convert
+from broker_service.api.deps import MetricsDep
+from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.params import GroupName, IdPath
+from broker_service.api.routes.consumer_schemas import (
+    AckIn,
+    AckOut,
+    ChangeInvisibleIn,
+    ChangeInvisibleOut,
+    DeadListOut,
+    DeadOut,
+    DeliveredOut,
+    GroupIn,
+    GroupOut,
+    GroupViewOut,
+    MemberOut,
+    NackIn,
+    NackOut,
+    QueueProgressOut,
+    ReceiveIn,
+    ReceiveOut,
+    ResetIn,
+    ResetOut,
+    ResetQueueOut,
+    SubscriptionIn,
+    SubscriptionOut,
+)
+from broker_service.api.schemas import rfc3339
+from broker_service.domain.consumer_model import (
+    ConsumeFrom,
+    ConsumerGroup,
+    DeadMessage,
+    Delivered,
+    MessageModel,
+    Subscription,
+    dlq_topic,
+    retry_topic,
+)
+from broker_service.domain.consumer_service import ConsumerService
+from broker_service.domain.consumer_wakeup import Arrivals, ArrivalsStore
+from broker_service.domain.consumers import ConsumerConfig
+from broker_service.domain.service import BrokerService
+from broker_service.settings import BrokerSettings
+
+router = APIRouter(
+    prefix="/v1/consumer-groups", tags=["consumer groups"], responses=ERROR_RESPONSES
+)
+
+
+async def get_consumers(request: Request) -> ConsumerService:
+    service: ConsumerService = request.app.state.consumers
+    return service
+
+
+ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
+
+
+def _group_fields(group: ConsumerGroup) -> dict[str, Any]:
+    return {
+        "name": group.name,
+        "message_model": group.message_model.value,
+        "consume_from": group.consume_from.value,
+        "consume_timestamp": rfc3339(group.consume_timestamp),
+        "max_reconsume_times": group.max_reconsume_times,
+        "orderly": group.orderly,
+        "created_at": rfc3339(group.created_at) or "",
+        "retry_topic": retry_topic(group.name),
+        "dlq_topic": dlq_topic(group.name),
+    }
+
+
+def _subscription_out(s: Subscription) -> SubscriptionOut:
+    return SubscriptionOut(
+        consumer_group=s.consumer_group,
+        topic=s.topic,
+        expression=s.expression,
+        created_at=rfc3339(s.created_at) or "",
+    )
+
+
+def _delivered_out(d: Delivered) -> DeliveredOut:
+    fields = convert.message_fields(d.message)
+    fields["topic"] = d.topic
+    fields["reconsume_times"] = d.reconsume_times
+    fields["receipt_handle"] = d.receipt_handle
+    fields["invisible_until"] = rfc3339(d.invisible_until)
+    return DeliveredOut.model_validate(fields)
+
+
+def _dead_out(dead: DeadMessage) -> DeadOut:
+    fields = convert.message_fields(dead.message)
+    fields["original_topic"] = dead.original_topic
+    fields["resent_at"] = rfc3339(dead.resent_at)
+    return DeadOut.model_validate(fields)
+
+
+@router.post("", response_model=GroupOut, status_code=status.HTTP_201_CREATED)
+async def create_group(body: GroupIn, consumers: ConsumersDep, response: Response) -> GroupOut:
+    """Create a group: 201; the same config again: 200; another config: 409."""
+    created = await consumers.create_group(
+        ConsumerGroup(
+            name=body.name,
+            message_model=MessageModel(body.message_model),
+            consume_from=ConsumeFrom(body.consume_from),
+            consume_timestamp=body.consume_timestamp,
+            max_reconsume_times=body.max_reconsume_times,
+            orderly=body.orderly,
+        )
+    )
+    if not created.created:
+        response.status_code = status.HTTP_200_OK
+    return GroupOut.model_validate(_group_fields(created.group))
+
+
+@router.post(
+    "/{group}/subscriptions", response_model=SubscriptionOut, status_code=status.HTTP_201_CREATED
+)
+async def subscribe(
+    group: GroupName, body: SubscriptionIn, consumers: ConsumersDep, response: Response
+) -> SubscriptionOut:
+    """Subscribe the group to a topic with a tag expression (201; unchanged or updated: 200).
+    With ``auto_create_groups`` an unknown group is created with the defaults."""
+    subscribed = await consumers.subscribe(group, body.topic, body.expression)
+    if not subscribed.created:
+        response.status_code = status.HTTP_200_OK
+    return _subscription_out(subscribed.subscription)
+
+
+@router.post("/{group}/receive", response_model=ReceiveOut)
+async def receive(
+    group: GroupName, body: ReceiveIn, consumers: ConsumersDep, metrics: MetricsDep
+) -> ReceiveOut:
+    """Messages for this member, each with a receipt handle, invisible to the rest of the group
+    for ``invisible_seconds``.  With ``wait_seconds`` the answer comes as soon as one is
+    deliverable (long poll), or empty when the wait is over."""
+    delivered = await consumers.receive(
+        group,
+        body.client_id,
+        body.topic,
+        body.max_messages,
+        body.invisible_seconds,
+        body.wait_seconds,
+    )
+    metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
+    metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
+    return ReceiveOut(messages=[_delivered_out(d) for d in delivered])
+
+
+@router.post("/{group}/ack", response_model=AckOut)
+async def ack(
+    group: GroupName, body: AckIn, consumers: ConsumersDep, metrics: MetricsDep
+) -> AckOut:
+    """Consumed.  A stale handle (its invisibility ran out) acks nothing; the message comes again."""
+    result = await consumers.ack(group, body.receipt_handles)
+    metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
+    return AckOut(acked=result.acked, stale=result.stale)
+
+
+@router.post("/{group}/nack", response_model=NackOut)
+async def nack(group: GroupName, body: NackIn, consumers: ConsumersDep) -> NackOut:
+    """RECONSUME_LATER: the message comes back after the retry delay; past max_reconsume_times it
+    goes to the group's DLQ.  404 unknown handle, 409 stale handle."""
+    result = await consumers.nack(group, body.receipt_handle, body.delay_level)
+    return NackOut(
+        receipt_handle=result.receipt_handle,
+        msg_id=result.msg_id,
+        reconsume_times=result.reconsume_times,
+        outcome=result.outcome,
+        deliver_at=rfc3339(result.deliver_at),
+    )
+
+
+@router.post("/{group}/change-invisible", response_model=ChangeInvisibleOut)
+async def change_invisible(
+    group: GroupName, body: ChangeInvisibleIn, consumers: ConsumersDep
+) -> ChangeInvisibleOut:
+    """Keep a message invisible longer (from now): answers a new handle; the old one is stale."""
+    delivery = await consumers.change_invisible(group, body.receipt_handle, body.invisible_seconds)
+    return ChangeInvisibleOut(
+        receipt_handle=delivery.receipt_handle,
+        invisible_until=rfc3339(delivery.invisible_until) or "",
+    )
+
+
+@router.get("/{group}", response_model=GroupViewOut)
+async def show_group(group: GroupName, consumers: ConsumersDep) -> GroupViewOut:
+    """Subscriptions, members, and per topic and queue: committed and max offset, lag, in flight,
+    retrying and dead."""
+    view = await consumers.view(group)
+    queues = [
+        QueueProgressOut(
+            topic=q.topic,
+            queue_id=q.queue_id,
+            client_id=q.client_id or None,
+            committed_offset=q.committed_offset,
+            max_offset=q.max_offset,
+            lag=q.lag,
+            in_flight=q.in_flight,
+            retrying=q.retrying,
+            dead=q.dead,
+        )
+        for q in view.queues
+    ]
+    return GroupViewOut.model_validate(
+        {
+            **_group_fields(view.group),
+            "subscriptions": [_subscription_out(s) for s in view.subscriptions],
+            "members": [
+                MemberOut(
+                    client_id=m.client_id,
+                    last_seen_at=rfc3339(m.last_seen_at) or "",
+                    live=m.last_seen_at >= view.live_since,
+                )
+                for m in view.members
+            ],
+            "queues": queues,
+            "lag": sum(q.lag for q in queues),
+            "in_flight": sum(q.in_flight for q in queues),
+            "retrying": view.retrying,
+            "dead": view.dead,
+        }
+    )
+
+
+@router.post("/{group}/reset-offset", response_model=ResetOut)
+async def reset_offset(group: GroupName, body: ResetIn, consumers: ConsumersDep) -> ResetOut:
+    """Operator: consume the topic again from the first message stored at or after ``timestamp``
+    (forward or back).  Messages in flight of the topic come again; their handles go stale."""
+    reset = await consumers.reset_offset(group, body.topic, body.timestamp)
+    return ResetOut(
+        consumer_group=group,
+        topic=reset.topic,
+        queues=[ResetQueueOut(queue_id=q, offset=o) for q, o in sorted(reset.offsets.items())],
+    )
+
+
+@router.get("/{group}/dlq", response_model=DeadListOut)
+async def list_dead(
+    group: GroupName,
+    consumers: ConsumersDep,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> DeadListOut:
+    """The group's dead letters (%DLQ%{group}), oldest first; resent ones have ``resent_at``."""
+    dead = await consumers.dead_messages(group, limit)
+    return DeadListOut(messages=[_dead_out(d) for d in dead])
+
+
+@router.post("/{group}/dlq/{msg_id}/resend", response_model=DeadOut)
+async def resend(group: GroupName, msg_id: IdPath, consumers: ConsumersDep) -> DeadOut:
+    """Send a dead message back to the group (through its retry topic, reconsume count reset).
+    404 not in the DLQ; 409 already resent."""
+    return _dead_out(await consumers.resend(group, msg_id))
+
+
+__all__ = ["install", "router"]
+
+
+def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, broker_id: str) -> None:
+    """Wire consumer groups into a broker app: the service on ``app.state.consumers``, the routes,
+    and long-poll wake-ups on every write the broker commits (its store is wrapped once)."""
+    arrivals = Arrivals()
+    service.store = ArrivalsStore(service.store, arrivals)
+    config = ConsumerConfig(
+        auto_create_groups=settings.auto_create_groups,
+        max_reconsume_times=settings.max_reconsume_times,
+        delay_levels_ms=settings.delay_levels_ms,
+        consumer_expiry_ms=int(settings.consumer_expiry_seconds * 1000),
+        broker_id=broker_id,
+    )
+    app.state.consumers = ConsumerService(
+        service.store,
+        config,
+        arrivals,
+        poll_seconds=settings.receive_poll_seconds,
+        max_wait_seconds=settings.receive_max_wait_seconds,
+        clock=service.clock,
+    )
+    app.include_router(router)
