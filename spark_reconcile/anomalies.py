@@ -7,6 +7,7 @@ Inputs are the frames ``extract`` prepares (columns as in the broker's store, ti
 * ``messages``      id, topic, msg_id, tags, keys, properties, transaction_id, origin_id, stored_at
                     (the messages that have a transaction id)
 * ``dlq``           the same columns, for the dead-letter copies (topics ``%DLQ%{group}``)
+* ``scheduled``     the same columns, for delayed messages parked in SCHEDULE_TOPIC_XXXX
 * ``subscriptions`` consumer_group, topic, expression, created_at
 * ``acks``          consumer_group, msg_id (deliveries in state ACKED)
 * ``ledger``        bank, business_id, account_id, amount (>= 0), direction (DEBIT|CREDIT), created_at
@@ -142,65 +143,66 @@ def _role(topic: Column) -> Column:
     )
 
 
-def _first(role: Column, name: str, column: str, *, by: str = "id") -> Column:
-    return F.min_by(column, F.when(role == name, F.col(by)))
-
-
 def transaction_view(
-    transactions: DataFrame, messages: DataFrame, window: Window, mapping: KeyMapping
+    transactions: DataFrame,
+    messages: DataFrame,
+    scheduled: DataFrame,
+    window: Window,
+    mapping: KeyMapping,
 ) -> DataFrame:
     """One row per transaction created in the window: its state, its half's keys and tags, how
     many commit / rollback op records and real messages it has, and when.
 
-    One pass over the messages: a delayed real message parked in SCHEDULE_TOPIC_XXXX counts as
-    the real message until a released copy (``origin_id`` = the parked row) replaces it."""
+    The counts come from one pass over the messages with numeric aggregates only (so Spark keeps
+    a hash aggregation); the keys and tags from the half, joined.  A delayed real message parked
+    in SCHEDULE_TOPIC_XXXX (``scheduled``: those rows, few) counts as the real message until a
+    released copy (``origin_id`` = the parked row) replaces it."""
+    parked_ids = scheduled.where(F.col("topic") == SCHEDULE_TOPIC).select(
+        F.col("id").alias("origin_id"), F.lit(True).alias("copies_parked")
+    )
     role = F.col("role")
     real, parked = role == "real", role == "parked"
-    folded = (
+    counts = (
         messages.where(F.col("transaction_id").isNotNull())
+        .join(F.broadcast(parked_ids), "origin_id", "left")
         .select(
             "transaction_id",
             "id",
-            "keys",
-            "tags",
             "stored_at",
-            "origin_id",
+            "copies_parked",
             _role(F.col("topic")).alias("role"),
         )
         .groupBy("transaction_id")
         .agg(
-            _first(role, "half", "keys").alias("half_keys"),
-            _first(role, "half", "tags").alias("tags"),
             F.count(F.when(role == "COMMIT", 1)).alias("commit_ops"),
             F.count(F.when(role == "ROLLBACK", 1)).alias("rollback_ops"),
             F.min(F.when(role.isin("COMMIT", "ROLLBACK"), F.col("stored_at"))).alias("op_at"),
             F.count(F.when(real, 1)).alias("in_topic"),
-            F.collect_set(F.when(parked, F.col("id"))).alias("parked_ids"),
-            F.collect_set(F.when(real, F.col("origin_id"))).alias("origins"),
+            F.count(F.when(parked, 1)).alias("parked"),
+            F.count(F.when(real & F.col("copies_parked"), 1)).alias("released"),
             F.coalesce(F.min(F.when(real, F.col("id"))), F.min(F.when(parked, F.col("id")))).alias(
                 "real_id"
             ),
             F.coalesce(
                 F.min(F.when(real, F.col("stored_at"))), F.min(F.when(parked, F.col("stored_at")))
             ).alias("real_at"),
-            F.coalesce(_first(role, "real", "keys"), _first(role, "parked", "keys")).alias(
-                "real_keys"
-            ),
         )
         .withColumn(
             "real_count",
-            F.col("in_topic") + F.size(F.array_except("parked_ids", "origins")),
+            F.col("in_topic") + F.greatest(F.col("parked") - F.col("released"), F.lit(0)),
         )
-        .drop("in_topic", "parked_ids", "origins")
+        .drop("in_topic", "parked", "released")
     )
+    halves = messages.where(F.col("topic") == HALF_TOPIC).select("transaction_id", "keys", "tags")
     day = transactions.where(
         (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
     )
-    view = day.join(folded, "transaction_id", "left").fillna(
-        0, ["commit_ops", "rollback_ops", "real_count"]
+    view = (
+        day.join(counts, "transaction_id", "left")
+        .join(halves, "transaction_id", "left")
+        .fillna(0, ["commit_ops", "rollback_ops", "real_count"])
     )
-    keys = F.coalesce(F.col("half_keys"), F.col("real_keys"))
-    return view.withColumn("keys", keys).withColumn("business_id", business_id(keys, mapping))
+    return view.withColumn("business_id", business_id(F.col("keys"), mapping))
 
 
 # --- the store: halves, ops and real messages -------------------------------------------------

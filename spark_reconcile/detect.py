@@ -16,6 +16,7 @@ def detect(
     transactions: DataFrame,
     messages: DataFrame,
     dlq: DataFrame,
+    scheduled: DataFrame,
     subscriptions: DataFrame,
     acks: DataFrame,
     ledger: DataFrame | None,
@@ -27,7 +28,7 @@ def detect(
     """The union of every check.  ``keep`` is given the frames several checks read (the view of
     the transactions, the dead letters, the books): the job persists them so each is computed
     once."""
-    view = keep(A.transaction_view(transactions, messages, window, mapping))
+    view = keep(A.transaction_view(transactions, messages, scheduled, window, mapping))
     dead = keep(A.dead_letters(view, dlq))
     found = [
         A.stuck_halves(view, as_of=window.as_of, older_than=thresholds.stuck_ms),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_reconcile.anomalies import DLQ_PREFIX
+from spark_reconcile.anomalies import DLQ_PREFIX, SCHEDULE_TOPIC
 from spark_reconcile.config import DAY_MS, LedgerSource, Window
 from spark_reconcile.jdbc import JdbcTarget, to_jdbc
 
@@ -55,6 +55,7 @@ class StoreFrames:
     transactions: DataFrame
     messages: DataFrame
     dlq: DataFrame
+    scheduled: DataFrame
     subscriptions: DataFrame
     acks: DataFrame
 
@@ -132,6 +133,7 @@ def store_from_jdbc(
         transactions=_typed(_jdbc_transactions(reader, window), TRANSACTION_COLUMNS),
         messages=_typed(_jdbc_messages(reader, window), MESSAGE_COLUMNS),
         dlq=_typed(_jdbc_dlq(reader, window), MESSAGE_COLUMNS),
+        scheduled=_typed(_jdbc_scheduled(reader, window), MESSAGE_COLUMNS),
         subscriptions=_typed(
             reader.query(f"SELECT {_quoted(list(SUBSCRIPTION_COLUMNS))} FROM subscriptions"),
             SUBSCRIPTION_COLUMNS,
@@ -174,6 +176,17 @@ def _jdbc_dlq(reader: JdbcReader, window: Window) -> DataFrame:
         f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages "
         f"WHERE stored_at >= {window.read_from} AND stored_at < {window.horizon} "
         f"AND substr(topic, 1, {len(DLQ_PREFIX)}) = '{DLQ_PREFIX}'"
+    )
+    return reader.query(sql)
+
+
+def _jdbc_scheduled(reader: JdbcReader, window: Window) -> DataFrame:
+    """Delayed transactional messages still parked (a range of the ``(topic, deliver_at)``
+    index)."""
+    sql = (
+        f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages "
+        f"WHERE topic = '{SCHEDULE_TOPIC}' AND transaction_id IS NOT NULL "
+        f"AND stored_at >= {window.read_from} AND stored_at < {window.horizon}"
     )
     return reader.query(sql)
 
@@ -230,6 +243,12 @@ def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreF
         transactions=_typed(tx, TRANSACTION_COLUMNS),
         messages=_typed(messages.where(F.col("transaction_id").isNotNull()), MESSAGE_COLUMNS),
         dlq=_typed(messages.where(F.col("topic").startswith(DLQ_PREFIX)), MESSAGE_COLUMNS),
+        scheduled=_typed(
+            messages.where(
+                (F.col("topic") == SCHEDULE_TOPIC) & F.col("transaction_id").isNotNull()
+            ),
+            MESSAGE_COLUMNS,
+        ),
         subscriptions=_typed(subs, SUBSCRIPTION_COLUMNS),
         acks=_typed(deliveries, ACK_COLUMNS),
     )

@@ -60,6 +60,7 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
                 transactions=store.transactions,
                 messages=store.messages,
                 dlq=store.dlq,
+                scheduled=store.scheduled,
                 subscriptions=store.subscriptions,
                 acks=store.acks,
                 ledger=ledger,
