@@ -249,3 +249,96 @@ def create_topic(name: str, queues: int | None = None, order: bool = False) -> C
     if queues is not None:
         body["queues"] = queues
     return Call("POST", "/v1/topics", lambda a: None, body=body, fields={"topic": name})
+
+
+# -- consumer groups ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    acked: int
+    stale: tuple[str, ...] = ()
+
+
+def create_group(
+    name: str,
+    *,
+    message_model: str,
+    consume_from: str,
+    orderly: bool,
+    max_reconsume_times: int | None,
+) -> Call[None]:
+    body: dict[str, Any] = {
+        "name": name,
+        "message_model": message_model,
+        "consume_from": consume_from,
+        "orderly": orderly,
+    }
+    if max_reconsume_times is not None:
+        body["max_reconsume_times"] = max_reconsume_times
+    return Call("POST", "/v1/consumer-groups", lambda a: None, body=body)
+
+
+def subscribe(group: str, topic: str, expression: str) -> Call[None]:
+    return Call(
+        "POST",
+        f"/v1/consumer-groups/{group}/subscriptions",
+        lambda a: None,
+        body={"topic": topic, "expression": expression},
+        fields={"topic": topic},
+    )
+
+
+def receive(
+    group: str, client_id: str, max_messages: int, invisible_seconds: float, wait: float
+) -> Call[list[Message]]:
+    return Call(
+        "POST",
+        f"/v1/consumer-groups/{group}/receive",
+        lambda a: [from_wire(m) for m in a.json()["messages"]],
+        body={
+            "client_id": client_id,
+            "topic": None,
+            "max_messages": max_messages,
+            "invisible_seconds": invisible_seconds,
+            "wait_seconds": wait,
+        },
+        extra_read=wait,
+    )
+
+
+def ack(group: str, handles: Sequence[str]) -> Call[AckResult]:
+    def parse(answer: Answer) -> AckResult:
+        data = answer.json()
+        return AckResult(int(data["acked"]), tuple(data.get("stale") or ()))
+
+    return Call(
+        "POST",
+        f"/v1/consumer-groups/{group}/ack",
+        parse,
+        body={"receipt_handles": list(handles)},
+    )
+
+
+def nack(group: str, handle: str, delay_level: int | None = None) -> Call[str]:
+    """RECONSUME_LATER; answers the broker's outcome (RETRY, RETRY_IN_PLACE or DLQ)."""
+    return Call(
+        "POST",
+        f"/v1/consumer-groups/{group}/nack",
+        lambda a: str(a.json()["outcome"]),
+        body={"receipt_handle": handle, "delay_level": delay_level},
+    )
+
+
+def change_invisible(group: str, handle: str, invisible_seconds: float) -> Call[str]:
+    """Answers the new receipt handle (the old one is stale)."""
+    return Call(
+        "POST",
+        f"/v1/consumer-groups/{group}/change-invisible",
+        lambda a: str(a.json()["receipt_handle"]),
+        body={"receipt_handle": handle, "invisible_seconds": invisible_seconds},
+    )
+
+
+def get_group(group: str) -> Call[dict[str, Any]]:
+    return Call("GET", f"/v1/consumer-groups/{group}", lambda a: dict(a.json()))

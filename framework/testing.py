@@ -32,6 +32,7 @@ for the TEST broker only: the framework's sync clients never run an event loop.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import shutil
 import tempfile
@@ -53,6 +54,25 @@ FAST_CHECKS: dict[str, Any] = {
     "producer_expiry_seconds": 30.0,
     "check_timeout_seconds": 5.0,
 }
+
+
+_TEMPLATE: list[Path] = []
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def _migrated_template() -> Path:
+    """An empty SQLite store at the current schema, migrated once per process and copied for each
+    test broker (running the migrations is most of a test broker's start-up)."""
+    from broker_service.store import migrate
+
+    with _TEMPLATE_LOCK:
+        if not _TEMPLATE:
+            folder = Path(tempfile.mkdtemp(prefix="halfmq-template-"))
+            atexit.register(shutil.rmtree, folder, True)
+            path = folder / "template.db"
+            migrate.upgrade(f"sqlite:///{path}")
+            _TEMPLATE.append(path)
+        return _TEMPLATE[0]
 
 
 class SyncASGIBridge(httpx.BaseTransport):
@@ -97,9 +117,15 @@ class InProcessBroker:
 
     def _app(self) -> Any:
         from broker_service.api.app import create_app
-        from broker_service.store import migrate
 
-        migrate.upgrade(self.settings.database_url)
+        url = self.settings.database_url
+        own_file = self._dir / url.rsplit("/", 1)[-1]
+        if url.startswith("sqlite:///") and url.endswith(own_file.name):
+            shutil.copyfile(_migrated_template(), own_file)
+        else:
+            from broker_service.store import migrate
+
+            migrate.upgrade(url)
         return create_app(self.settings)
 
     # -- async face --------------------------------------------------------------------------------

@@ -13,16 +13,25 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, create_
 from sqlalchemy.orm import Session, sessionmaker
 
 from framework import AsyncTransactionProducer, CheckMode, TransactionProducer
+from framework.aio_consumer import AsyncPushConsumer
+from framework.consumer import PushConsumer
 from framework.tables import create_tables
 from framework.testing import InProcessBroker
 from tests.support import BrokerProcess, free_port
 
-FAST = {"transaction_timeout_seconds": 0.3, "transaction_check_interval_seconds": 0.2}
+# Retry k waits delay level 3 + k: 300 ms, 400 ms, ...
+LEVELS = " ".join(f"{100 * n}ms" for n in range(1, 19))
+FAST = {
+    "transaction_timeout_seconds": 0.3,
+    "transaction_check_interval_seconds": 0.2,
+    "message_delay_level": LEVELS,
+}
 FAST_FLAGS = (
     "--transaction-timeout-seconds", "0.5",
     "--transaction-check-interval-seconds", "0.3",
     "--producer-expiry-seconds", "5",
     "--check-timeout-seconds", "5",
+    "--message-delay-level", LEVELS,
 )  # fmt: skip
 PULL = CheckMode.pull(wait_seconds=0.3)
 
@@ -128,6 +137,43 @@ async def aproducers(
     yield make
     for producer in made:
         await producer.shutdown()
+
+
+@pytest.fixture
+def consumers(inproc: InProcessBroker) -> Iterator[Callable[..., PushConsumer]]:
+    """Build consumers on the in-process broker (fast polls); every one is shut down afterwards."""
+    made: list[PushConsumer] = []
+
+    def make(group: str = "smith-bank", **options: Any) -> PushConsumer:
+        options.setdefault("wait_seconds", 0.5)
+        options.setdefault("consume_from", "FIRST_OFFSET")
+        consumer = PushConsumer(group, brokers=[inproc.url], transport=inproc.transport, **options)
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        consumer.shutdown()
+
+
+@pytest.fixture
+async def aconsumers(
+    ainproc: InProcessBroker,
+) -> AsyncIterator[Callable[..., AsyncPushConsumer]]:
+    made: list[AsyncPushConsumer] = []
+
+    def make(group: str = "smith-bank", **options: Any) -> AsyncPushConsumer:
+        options.setdefault("wait_seconds", 0.5)
+        options.setdefault("consume_from", "FIRST_OFFSET")
+        consumer = AsyncPushConsumer(
+            group, brokers=[ainproc.url], transport=ainproc.async_transport, **options
+        )
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        await consumer.shutdown()
 
 
 @pytest.fixture(scope="module")

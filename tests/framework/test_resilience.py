@@ -19,8 +19,9 @@ from framework import (
     Timeout,
     TransactionProducer,
 )
+from framework.consumer import PushConsumer
 from tests.framework.helpers import await_resolved
-from tests.support import BrokerProcess, free_port
+from tests.support import BrokerProcess, free_port, wait_until
 
 State = LocalTransactionState
 FAST_RETRY = Retry(attempts=3, backoff=0.01)
@@ -111,3 +112,24 @@ def test_the_local_transaction_never_runs_when_the_half_is_not_stored() -> None:
         producer.send_message_in_transaction(Message("transfers", body="x"))
     producer.shutdown()
     assert ran == []
+
+
+def test_sync_consumer_over_real_http_fails_over(sqlite_broker_process: BrokerProcess) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    producer = TransactionProducer("sender-http", brokers=[sqlite_broker_process.url])
+    producer.create_topic("deposits", queues=2)
+    seen: list[str] = []
+    consumer = PushConsumer(
+        "smith-http",
+        brokers=[dead, sqlite_broker_process.url],
+        retry=FAST_RETRY,
+        wait_seconds=0.5,
+        consume_from="FIRST_OFFSET",
+    )
+    consumer.subscribe("deposits")(lambda m: seen.append(m.text))
+    for n in range(5):
+        producer.send(Message("deposits", body=str(n)))
+    producer.shutdown()
+    with consumer:
+        wait_until(lambda: len(seen) >= 5, 10, "five messages")
+    assert sorted(seen) == ["0", "1", "2", "3", "4"]
