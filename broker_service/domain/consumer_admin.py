@@ -86,7 +86,15 @@ class ConsumerAdmin:
             now = self.consumers.clock()
             subscriptions = tx.list_subscriptions(group.name)
             progress = {(p.topic, p.queue_id, p.client_id): p for p in tx.list_progress(group.name)}
-            open_counts = tx.open_delivery_counts(group.name, now)
+            open_counts: dict[tuple[str, int, str], list[int]] = {}
+            for (topic, queue_id, member), counts in tx.open_delivery_counts(
+                group.name, now
+            ).items():
+                slot = open_counts.setdefault(
+                    (topic, queue_id, member if group.broadcasting else ""), [0, 0]
+                )
+                slot[0] += counts[0]
+                slot[1] += counts[1]
             waiting = Counter(_origin(m) for m in tx.waiting_retries(retry_topic(group.name)))
             dead = Counter(
                 _origin(m)

@@ -192,6 +192,8 @@ class Delivered:
 class AckResult:
     acked: int
     stale: list[str]
+    # Topics whose queues an ack freed (orderly groups): waiting receives may go on at once.
+    freed_topics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

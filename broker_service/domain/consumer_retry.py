@@ -29,7 +29,13 @@ from broker_service.domain.consumer_model import (
     NackResult,
     dlq_topic,
 )
-from broker_service.domain.consumers import Consumers, get_group, live_delivery, stale
+from broker_service.domain.consumers import (
+    Consumers,
+    get_group,
+    live_delivery,
+    progress_key,
+    stale,
+)
 from broker_service.domain.errors import Conflict, InvalidRequest, NotFound
 from broker_service.domain.ports import StoreTx
 
@@ -64,11 +70,11 @@ class Retries:
                     msg_id=delivery.msg_id,
                 )
             times = delivery.reconsume_times + 1
-            key = (group.name, delivery.topic, delivery.queue_id, delivery.client_id)
+            key = progress_key(group, delivery)
             if times > self.consumers.max_reconsume_times(group):
                 if not tx.set_delivery(delivery, state=DeliveryState.DEAD, finished_at=now):
                     raise stale(handle)
-                dead_letter(tx, group, message, times, now, delivery.client_id or group.name)
+                dead_letter(tx, group, message, times, now, delivery.client_id)
                 tx.advance_committed([key], now)
                 return NackResult(handle, message.msg_id, times, "DLQ", None)
             level = delay_level or retry_level(delivery.reconsume_times, len(self.levels))

@@ -18,6 +18,7 @@ from broker_service.domain.consumer_model import (
     NackResult,
 )
 from broker_service.domain.consumer_retry import Retries
+from broker_service.domain.consumer_trace import TraceEvent, trace
 from broker_service.domain.consumer_wakeup import Arrivals
 from broker_service.domain.consumers import (
     ConsumerConfig,
@@ -111,7 +112,10 @@ class ConsumerService:
         return True
 
     async def ack(self, group: str, handles: Sequence[str]) -> AckResult:
-        return await self.store.write(self.consumers.ack(group, handles))
+        result = await self.store.write(self.consumers.ack(group, handles))
+        if result.freed_topics:  # an orderly queue may hand out its next message now
+            self.arrivals.announce(result.freed_topics)
+        return result
 
     async def nack(self, group: str, handle: str, delay_level: int | None) -> NackResult:
         return await self.store.write(self.retries.nack(group, handle, delay_level))
@@ -131,3 +135,8 @@ class ConsumerService:
 
     async def resend(self, group: str, msg_id: str) -> DeadMessage:
         return await self.store.write(self.retries.resend(group, msg_id))
+
+    # -- trace ------------------------------------------------------------------------------------
+
+    async def trace(self, msg_id: str) -> list[TraceEvent]:
+        return await self.store.read(trace(msg_id, self.config.broker_id))

@@ -85,7 +85,8 @@ class _Claim:
     """What one receive has taken so far."""
 
     group: ConsumerGroup
-    client_key: str
+    client_key: str  # whose progress: the member (broadcasting) or '' (the group)
+    member: str  # who receives
     named_topic: str | None
     budget: int
     now: int
@@ -133,6 +134,8 @@ class Consumers:
         # Groups and subscriptions change rarely and every receive and ack needs them: kept for
         # a second (changes made through this broker are seen at once).
         self._known: dict[str, tuple[int, ConsumerGroup, list[Subscription]]] = {}
+        # Members whose progress rows all exist (PostgreSQL: a receive then locks them at once).
+        self._complete: set[tuple[str, str, tuple[str, ...]]] = set()
 
     def group_of(
         self, tx: StoreTx, name: str, topic: str | None = None
@@ -273,6 +276,7 @@ class Consumers:
             claim = _Claim(
                 group=group,
                 client_key=client_id if group.broadcasting else "",
+                member=client_id,
                 named_topic=topic_name,
                 budget=max_messages,
                 now=now,
@@ -299,7 +303,7 @@ class Consumers:
             if claim.left <= 0:
                 break
             message = tx.get_message_at(due.topic, due.queue_id, due.queue_offset)
-            key = (group.name, due.topic, due.queue_id, due.client_id)
+            key = (group.name, due.topic, due.queue_id, claim.client_key)
             if message is None:  # purged meanwhile: nothing left to deliver
                 tx.set_delivery(due, state=DeliveryState.EXPIRED, finished_at=claim.now)
                 claim.moved.add(key)
@@ -314,57 +318,43 @@ class Consumers:
                 continue
             if not tx.set_delivery(due, state=DeliveryState.EXPIRED, finished_at=claim.now):
                 continue
-            self._hand_out(claim, message, due.client_id or claim.client_key, times)
+            self._hand_out(claim, message, times)
             claim.moved.add(key)
 
     def _claim_new(self, tx: StoreTx, claim: _Claim, sources: dict[str, TagFilter]) -> None:
-        """New messages from the pull offsets on: one look at every queue's progress, then only
-        the queues with something new are locked and read."""
+        """New messages from the pull offsets on.  Progress rows a group (or member) lacks are
+        made first, where ``consume_from`` says; then only the queues with something new are read
+        -- on PostgreSQL locked (``SKIP LOCKED``) so that another broker takes the others."""
         group = claim.group
-        overview = tx.progress_overview(group.name, list(sources), claim.client_key)
-        fresh = [
-            QueueProgress(group.name, info.topic, info.queue_id, claim.client_key, at, at)
-            for info, progress in overview
-            if progress is None
-            for at in [start_offset(tx, group, info)]
-        ]
-        tx.init_progress(fresh, claim.now)
-        started = {(p.topic, p.queue_id): p.pulled_offset for p in fresh}
-        infos = {(info.topic, info.queue_id): info for info, _ in overview}
-        candidates: list[tuple[str, int]] = []
-        seen: dict[tuple[str, int], QueueProgress] = {}
-        for info, progress in overview:
-            key = (info.topic, info.queue_id)
-            if progress is None:
-                at = started[key]
-                progress = QueueProgress(
-                    group.name, info.topic, info.queue_id, claim.client_key, at, at
-                )
-            seen[key] = progress
-            if progress.pulled_offset < info.max_offset:
-                candidates.append(key)
-        if not candidates:
-            return
+        member = (group.name, claim.client_key, tuple(sources))
+        pairs: list[tuple[QueueInfo, QueueProgress]] = []
+        if not tx.claims_need_locks or member not in self._complete:
+            overview = tx.progress_overview(group.name, list(sources), claim.client_key)
+            fresh = [
+                QueueProgress(group.name, info.topic, info.queue_id, claim.client_key, at, at)
+                for info, progress in overview
+                if progress is None
+                for at in [start_offset(tx, group, info)]
+            ]
+            tx.init_progress(fresh, claim.now)
+            if not fresh and len(self._complete) < 100_000:
+                self._complete.add(member)  # every row exists (committed): skip this look
+            made = {(p.topic, p.queue_id): p for p in fresh}
+            pairs = [
+                (info, progress or made[(info.topic, info.queue_id)]) for info, progress in overview
+            ]
         if tx.claims_need_locks:
             # Another broker may move these rows: lock the ones it does not hold, as they are now.
-            locked = {
-                (p.topic, p.queue_id): p
-                for p in tx.lock_queues_progress(group.name, claim.client_key, candidates)
-            }
-        else:  # one writer (SQLite): what the overview read is current
-            locked = seen
+            pairs = tx.lock_candidates(group.name, list(sources), claim.client_key)
+        candidates = [(i, p) for i, p in pairs if p.pulled_offset < i.max_offset]
+        if not candidates:
+            return
         turn = next(self._turn) % len(candidates)
         moved: list[QueueProgress] = []
-        for key in candidates[turn:] + candidates[:turn]:
-            current = locked.get(key)
+        for info, current in candidates[turn:] + candidates[:turn]:
             if claim.left <= 0:
                 break
-            if current is None:  # another broker holds it now
-                continue
-            topic, queue_id = key
-            info = infos[key]
-            if current.pulled_offset >= info.max_offset:
-                continue
+            topic, queue_id = info.topic, info.queue_id
             if group.orderly and (
                 tx.oldest_open_offset(group.name, topic, queue_id, claim.client_key) is not None
             ):
@@ -374,7 +364,7 @@ class Consumers:
             if pulled == current.pulled_offset:
                 continue
             for message in taken:
-                self._hand_out(claim, message, claim.client_key, message.reconsume_times)
+                self._hand_out(claim, message, message.reconsume_times)
             committed = current.committed_offset
             if committed >= current.pulled_offset:
                 # Nothing of the queue was open: the committed offset is the first new open
@@ -417,14 +407,12 @@ class Consumers:
                         return taken, offset
         return taken, offset
 
-    def _hand_out(
-        self, claim: _Claim, message: StoredMessage, client_id: str, reconsume_times: int
-    ) -> None:
+    def _hand_out(self, claim: _Claim, message: StoredMessage, reconsume_times: int) -> None:
         handle = new_id()
         claim.new.append(
             NewDelivery(
                 consumer_group=claim.group.name,
-                client_id=client_id,
+                client_id=claim.member,
                 topic=message.topic,
                 queue_id=message.queue_id,
                 queue_offset=message.queue_offset,
@@ -449,11 +437,10 @@ class Consumers:
             group, _ = self.group_of(tx, group_name)
             now = self.clock()
             done = tx.finish_deliveries(group.name, wanted, DeliveryState.ACKED, now)
-            tx.advance_committed(
-                [(group.name, x.topic, x.queue_id, x.client_id) for x in done], now
-            )
+            tx.advance_committed([progress_key(group, x) for x in done], now)
             acked = {x.receipt_handle for x in done}
-            return AckResult(len(acked), [h for h in wanted if h not in acked])
+            freed = tuple({x.topic for x in done}) if group.orderly else ()
+            return AckResult(len(acked), [h for h in wanted if h not in acked], freed)
 
         return unit
 
@@ -491,6 +478,12 @@ class Consumers:
             )
 
         return unit
+
+
+def progress_key(group: ConsumerGroup, delivery: Delivery) -> ProgressKey:
+    """The progress a delivery holds back: its member's (broadcasting) or the group's."""
+    client = delivery.client_id if group.broadcasting else ""
+    return (group.name, delivery.topic, delivery.queue_id, client)
 
 
 def stale(handle: str) -> Conflict:

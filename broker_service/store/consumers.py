@@ -21,9 +21,9 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
-    exists,
     func,
     insert,
+    or_,
     select,
     text,
     tuple_,
@@ -73,16 +73,6 @@ _members = (
     select(consumers).where(consumers.c.consumer_group == bindparam("group")).order_by("client_id")
 )
 
-_progress = (
-    select(consumer_offsets)
-    .where(
-        o.consumer_group == bindparam("group"),
-        o.topic == bindparam("topic"),
-        o.client_id == bindparam("client"),
-    )
-    .order_by(o.queue_id)
-)
-_progress_locked = _progress.with_for_update(skip_locked=True)
 _all_progress = (
     select(consumer_offsets)
     .where(o.consumer_group == bindparam("group"))
@@ -106,11 +96,12 @@ _save_progress = (
 # Literal, as in the partial indexes' predicate: only then do the planners use those indexes.
 _open = text("deliveries.state IN ('INFLIGHT', 'RETRYING')")
 assert OPEN_STATES == ("INFLIGHT", "RETRYING")
+# client '' is the group's progress (clustering): every member's deliveries hold it back.
 _oldest_open = select(func.min(d.queue_offset)).where(
     d.consumer_group == bindparam("group"),
     d.topic == bindparam("topic"),
     d.queue_id == bindparam("queue"),
-    d.client_id == bindparam("client"),
+    or_(bindparam("client") == "", d.client_id == bindparam("client")),
     _open,
 )
 
@@ -121,41 +112,11 @@ _oldest_open_of_row = (
         d.consumer_group == o.consumer_group,
         d.topic == o.topic,
         d.queue_id == o.queue_id,
-        d.client_id == o.client_id,
+        or_(o.client_id == "", d.client_id == o.client_id),
         _open,
     )
     .scalar_subquery()
 )
-_row_key = and_(
-    o.consumer_group == bindparam("b_group"),
-    o.topic == bindparam("b_topic"),
-    o.queue_id == bindparam("b_queue"),
-    o.client_id == bindparam("b_client"),
-)
-_advance = (
-    update(consumer_offsets)
-    .where(_row_key)
-    .values(
-        committed_offset=func.coalesce(_oldest_open_of_row, o.pulled_offset),
-        updated_at=bindparam("b_at"),
-    )
-)
-# PostgreSQL: a row another broker holds is left to it (it advances the offset itself, or the next
-# ack or receive does); an offset behind is safe, it only redelivers.
-_other = consumer_offsets.alias("held")
-_advance_unless_held = _advance.where(
-    exists(
-        select(_other.c.queue_id)
-        .where(
-            _other.c.consumer_group == bindparam("b_group"),
-            _other.c.topic == bindparam("b_topic"),
-            _other.c.queue_id == bindparam("b_queue"),
-            _other.c.client_id == bindparam("b_client"),
-        )
-        .with_for_update(skip_locked=True)
-    )
-)
-
 _q = queues.c
 _overview = (
     select(
@@ -179,12 +140,53 @@ _overview = (
     .where(_q.topic.in_(bindparam("topics", expanding=True)))
     .order_by(_q.topic, _q.queue_id)
 )
-_progress_of_queues = select(consumer_offsets).where(
-    o.consumer_group == bindparam("group"),
-    o.client_id == bindparam("client"),
-    tuple_(o.topic, o.queue_id).in_(bindparam("keys", expanding=True)),
+_candidates_locked = (
+    select(
+        _q.topic,
+        _q.queue_id,
+        _q.min_offset,
+        _q.next_offset,
+        o.committed_offset,
+        o.pulled_offset,
+    )
+    .select_from(consumer_offsets)
+    .join(queues, and_(_q.topic == o.topic, _q.queue_id == o.queue_id))
+    .join(topics, topics.c.name == o.topic)
+    .where(
+        o.consumer_group == bindparam("group"),
+        o.client_id == bindparam("client"),
+        o.topic.in_(bindparam("topics", expanding=True)),
+        o.pulled_offset < _q.next_offset,
+    )
+    .order_by(o.topic, o.queue_id)
+    .with_for_update(of=consumer_offsets, skip_locked=True)
 )
-_progress_of_queues_locked = _progress_of_queues.with_for_update(skip_locked=True)
+
+# One statement for all the queues an ack touched (per group and member).
+_advance_queues = (
+    update(consumer_offsets)
+    .where(
+        o.consumer_group == bindparam("b_group"),
+        o.client_id == bindparam("b_client"),
+        tuple_(o.topic, o.queue_id).in_(bindparam("b_keys", expanding=True)),
+    )
+    .values(
+        committed_offset=func.coalesce(_oldest_open_of_row, o.pulled_offset),
+        updated_at=bindparam("b_at"),
+    )
+)
+_held = consumer_offsets.alias("held")
+_advance_queues_unless_held = _advance_queues.where(
+    tuple_(o.topic, o.queue_id).in_(
+        select(_held.c.topic, _held.c.queue_id)
+        .where(
+            _held.c.consumer_group == bindparam("b_group"),
+            _held.c.client_id == bindparam("b_client"),
+            tuple_(_held.c.topic, _held.c.queue_id).in_(bindparam("b_keys2", expanding=True)),
+        )
+        .with_for_update(skip_locked=True)
+    )
+)
 
 _first_since = select(func.min(m.queue_offset)).where(
     m.topic == bindparam("topic"),
@@ -360,12 +362,6 @@ class ConsumerStore:
 
     # -- progress -------------------------------------------------------------------------------
 
-    def lock_progress(self, group: str, topic: str, client_id: str) -> list[QueueProgress]:
-        """The progress rows of a topic this unit may move (on PostgreSQL: not held elsewhere)."""
-        query = _progress_locked if self._postgres else _progress
-        result = self.conn.execute(query, {"group": group, "topic": topic, "client": client_id})
-        return [_progress_record(r._mapping) for r in result]
-
     def progress_overview(
         self, group: str, topics: Sequence[str], client_id: str
     ) -> list[tuple[QueueInfo, QueueProgress | None]]:
@@ -381,17 +377,6 @@ class ConsumerStore:
                 )
             found.append((info, progress))
         return found
-
-    def lock_queues_progress(
-        self, group: str, client_id: str, keys: Sequence[tuple[str, int]]
-    ) -> list[QueueProgress]:
-        """The progress rows of these queues that this unit may move (PostgreSQL: those no other
-        broker holds), as they are now."""
-        if not keys:
-            return []
-        query = _progress_of_queues_locked if self._postgres else _progress_of_queues
-        params = {"group": group, "client": client_id, "keys": list(keys)}
-        return [_progress_record(r._mapping) for r in self.conn.execute(query, params)]
 
     def init_progress(self, progress: Sequence[QueueProgress], at: int) -> None:
         if not progress:
@@ -434,17 +419,38 @@ class ConsumerStore:
 
     def advance_committed(self, keys: Sequence[tuple[str, str, int, str]], at: int) -> None:
         """Move the committed offset of each (group, topic, queue, client) to its oldest open
-        offset (else its pull offset)."""
-        if not keys:
-            return
-        stmt = _advance_unless_held if self._postgres else _advance
-        self.conn.execute(
-            stmt,
-            [
-                {"b_group": gr, "b_topic": t, "b_queue": q, "b_client": c, "b_at": at}
-                for gr, t, q, c in sorted(set(keys))
-            ],
-        )
+        offset (else its pull offset).  PostgreSQL: a row another broker holds right now is left
+        to it (it advances the offset itself, or the next ack or receive does); an offset behind
+        is safe, it only redelivers."""
+        by_member: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        for group, topic, queue_id, client in sorted(set(keys)):
+            by_member.setdefault((group, client), []).append((topic, queue_id))
+        stmt = _advance_queues_unless_held if self._postgres else _advance_queues
+        for (group, client), queue_keys in by_member.items():
+            params = {
+                "b_group": group,
+                "b_client": client,
+                "b_keys": queue_keys,
+                "b_keys2": queue_keys,
+                "b_at": at,
+            }
+            self.conn.execute(stmt, params)
+
+    def lock_candidates(
+        self, group: str, topics: Sequence[str], client_id: str
+    ) -> list[tuple[QueueInfo, QueueProgress]]:
+        """PostgreSQL: the group's queues of ``topics`` with something new, locked unless another
+        broker holds them (``FOR UPDATE SKIP LOCKED``), as they are now."""
+        params = {"group": group, "client": client_id, "topics": list(topics)}
+        return [
+            (
+                QueueInfo(r.topic, r.queue_id, r.min_offset, r.next_offset),
+                QueueProgress(
+                    group, r.topic, r.queue_id, client_id, r.committed_offset, r.pulled_offset
+                ),
+            )
+            for r in self.conn.execute(_candidates_locked, params)
+        ]
 
     def list_progress(self, group: str) -> list[QueueProgress]:
         result = self.conn.execute(_all_progress, {"group": group})
@@ -588,6 +594,16 @@ class ConsumerStore:
                 msg_id=msg_id, event=event, actor=actor, at=at, detail=detail
             )
         )
+
+    def deliveries_of(self, msg_id: str) -> list[Delivery]:
+        query = select(deliveries).where(d.msg_id == msg_id).order_by(d.id)
+        return [_delivery_record(r._mapping) for r in self.conn.execute(query)]
+
+    def trace_events_of(self, msg_id: str) -> list[tuple[int, str, str, str | None]]:
+        """(at, event, actor, detail JSON) of the message's recorded events, oldest first."""
+        t = trace_events.c
+        query = select(t.at, t.event, t.actor, t.detail).where(t.msg_id == msg_id).order_by(t.id)
+        return [(r.at, r.event, r.actor, r.detail) for r in self.conn.execute(query)]
 
     def delete_consumer_group(self, group: str) -> None:
         for table, column in (

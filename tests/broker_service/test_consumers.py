@@ -290,3 +290,37 @@ async def test_groups_are_not_created_when_auto_create_is_off(migrated_url: str)
         answer = await Group(b.client, "g").subscribe("t")
         assert answer.status_code == 404
         assert answer.json()["error"]["code"] == "CONSUMER_GROUP_NOT_FOUND"
+
+
+async def test_trace_shows_the_message_and_its_consumption(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=1)
+    group = Group(broker.client, "g")
+    await group.create(consume_from="FIRST_OFFSET")
+    await group.subscribe("t")
+    half = await broker.client.post(
+        "/v1/transactions", json={"body": "x", "topic": "t", "producer_group": "p"}
+    )
+    txid = half.json()["transaction_id"]
+    await broker.client.post(f"/v1/transactions/{txid}/commit", json={"producer_group": "p"})
+    await send(broker, "t", 1, "plain")
+    got = {m["msg_id"]: m for m in await group.receive(max_messages=10)}
+    await group.ack(*(m["receipt_handle"] for m in got.values()))
+
+    def events(answer: httpx.Response) -> list[tuple[str, str]]:
+        assert answer.status_code == 200, answer.text
+        return [(e["event"], e["by"]) for e in answer.json()["events"]]
+
+    traced = events(await broker.client.get(f"/v1/messages/{half.json()['msg_id']}/trace"))
+    assert traced == [
+        ("HALF_STORED", "p"),
+        ("COMMITTED", "producer"),
+        ("DELIVERED", "c1"),
+        ("ACKED", "c1"),
+    ]
+    assert events(await broker.client.get("/v1/messages/plain0/trace")) == [
+        ("SENT", "producer"),
+        ("DELIVERED", "c1"),
+        ("ACKED", "c1"),
+    ]
+    missing = await broker.client.get("/v1/messages/nope/trace")
+    assert missing.status_code == 404

@@ -129,6 +129,15 @@ async def test_retry_schedule_dead_letter_and_resend(start_broker: StartBroker) 
         topics = Counter(c["topic"] for c in trace["copies"])
         assert topics["%DLQ%g"] == 1
         assert topics["%RETRY%g"] == 3  # two retries and the resend
+        trace = (await client.get("/v1/messages/m-1/trace")).json()["events"]
+        kinds = Counter(e["event"] for e in trace)
+        assert kinds["SENT"] == 1
+        assert kinds["DELIVERED"] == 4
+        assert kinds["NACKED"] == 2
+        assert kinds["RETRIED"] == 2
+        assert kinds["DEAD"] == 1
+        assert kinds["RESENT"] == 1
+        assert kinds["ACKED"] == 1
 
 
 async def test_orderly_group_keeps_send_order_per_key_under_random_nacks(

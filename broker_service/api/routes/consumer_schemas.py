@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from broker_service.api.schemas import (
+    DEFAULT_LEVEL_COUNT,
+    EXPRESSION_PATTERN,
     NAME_SCHEMA,
     USER_TOPIC_SCHEMA,
     MessageOut,
+    Storable,
     Strict,
     Text,
     TimeIn,
@@ -20,6 +23,20 @@ Handle = Annotated[Text, Field(min_length=1, max_length=128)]
 
 
 class GroupIn(Strict):
+    # consume_from TIMESTAMP needs its timestamp (else 422 INVALID_CONSUME_FROM).
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {
+                "properties": {"consume_from": {"const": "TIMESTAMP"}},
+                "required": ["consume_from"],
+            },
+            "then": {
+                "required": ["consume_timestamp"],
+                "properties": {"consume_timestamp": {"not": {"type": "null"}}},
+            },
+        },
+    )
     name: str = Field(json_schema_extra=NAME_SCHEMA)
     message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING"
     consume_from: Literal["FIRST_OFFSET", "LAST_OFFSET", "TIMESTAMP"] = Field(
@@ -46,9 +63,10 @@ class GroupOut(BaseModel):
 
 class SubscriptionIn(Strict):
     topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
-    expression: Annotated[Text, Field(min_length=1, max_length=1024)] = Field(
-        "*", description="'*' or tags joined by '||' (TagA || TagB)"
-    )
+    expression: Annotated[
+        Storable,
+        Field(min_length=1, max_length=1024, json_schema_extra={"pattern": EXPRESSION_PATTERN}),
+    ] = Field("*", description="'*' or tags joined by '||' (TagA || TagB)")
 
 
 class SubscriptionOut(BaseModel):
@@ -92,8 +110,13 @@ class AckOut(BaseModel):
 
 class NackIn(Strict):
     receipt_handle: Handle
-    delay_level: int | None = Field(
-        None, ge=0, le=1000, description="Null or 0: the retry schedule (level 3 + reconsume_times)"
+    delay_level: (
+        Annotated[int, Field(ge=0, le=1000, json_schema_extra={"maximum": DEFAULT_LEVEL_COUNT})]
+        | None
+    ) = Field(
+        None,
+        description="1-18 (as many as message_delay_level has; others are 422 "
+        "INVALID_DELAY_LEVEL); null or 0: the retry schedule (level 3 + reconsume_times)",
     )
 
 
@@ -166,3 +189,28 @@ class DeadOut(MessageOut):
 
 class DeadListOut(BaseModel):
     messages: list[DeadOut]
+
+
+class TraceEventOut(BaseModel):
+    at: str
+    event: Literal[
+        "SENT",
+        "HALF_STORED",
+        "COMMITTED",
+        "ROLLED_BACK",
+        "CHECKED",
+        "DISCARDED",
+        "DELIVERED",
+        "ACKED",
+        "NACKED",
+        "RETRIED",
+        "DEAD",
+        "RESENT",
+    ]
+    by: str = Field(description="Client, producer group, consumer member or broker id")
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class TraceOut(BaseModel):
+    msg_id: str
+    events: list[TraceEventOut]

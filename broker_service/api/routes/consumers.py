@@ -32,6 +32,8 @@ from broker_service.api.routes.consumer_schemas import (
     ResetQueueOut,
     SubscriptionIn,
     SubscriptionOut,
+    TraceEventOut,
+    TraceOut,
 )
 from broker_service.api.schemas import rfc3339
 from broker_service.domain.consumer_model import (
@@ -102,7 +104,12 @@ def _dead_out(dead: DeadMessage) -> DeadOut:
     return DeadOut.model_validate(fields)
 
 
-@router.post("", response_model=GroupOut, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "",
+    response_model=GroupOut,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": GroupOut, "description": "The group exists with the same config"}},
+)
 async def create_group(body: GroupIn, consumers: ConsumersDep, response: Response) -> GroupOut:
     """Create a group: 201; the same config again: 200; another config: 409."""
     created = await consumers.create_group(
@@ -121,7 +128,10 @@ async def create_group(body: GroupIn, consumers: ConsumersDep, response: Respons
 
 
 @router.post(
-    "/{group}/subscriptions", response_model=SubscriptionOut, status_code=status.HTTP_201_CREATED
+    "/{group}/subscriptions",
+    response_model=SubscriptionOut,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": SubscriptionOut, "description": "The same subscription again"}},
 )
 async def subscribe(
     group: GroupName, body: SubscriptionIn, consumers: ConsumersDep, response: Response
@@ -263,6 +273,29 @@ async def resend(group: GroupName, msg_id: IdPath, consumers: ConsumersDep) -> D
 __all__ = ["install", "router"]
 
 
+trace_router = APIRouter(prefix="/v1/messages", tags=["messages"], responses=ERROR_RESPONSES)
+
+_TRACE_EVENTS = set(TraceEventOut.model_fields["event"].annotation.__args__)  # type: ignore[union-attr]
+
+
+@trace_router.get("/{msg_id}/trace", response_model=TraceOut)
+async def trace(msg_id: IdPath, consumers: ConsumersDep) -> TraceOut:
+    """What happened to a message, oldest first: stored (SENT / HALF_STORED), resolved
+    (COMMITTED / ROLLED_BACK, DISCARDED), and for each consumer group DELIVERED, ACKED, NACKED,
+    RETRIED, DEAD and RESENT."""
+    events = await consumers.trace(msg_id)
+    return TraceOut(
+        msg_id=msg_id,
+        events=[
+            TraceEventOut.model_validate(
+                {"at": rfc3339(e.at), "event": e.event, "by": e.by, "detail": e.detail}
+            )
+            for e in events
+            if e.event in _TRACE_EVENTS
+        ],
+    )
+
+
 def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, broker_id: str) -> None:
     """Wire consumer groups into a broker app: the service on ``app.state.consumers``, the routes,
     and long-poll wake-ups on every write the broker commits (its store is wrapped once)."""
@@ -284,3 +317,4 @@ def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, brok
         clock=service.clock,
     )
     app.include_router(router)
+    app.include_router(trace_router)
