@@ -14,7 +14,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     WithJsonSchema,
+    field_validator,
 )
 
 from broker_service.domain.errors import InvalidRequest
@@ -61,6 +63,13 @@ def _parse_rfc3339(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def _json_number(value: Any) -> Any:
+    """JSON numbers only: pydantic's lax mode would also take true/false and "2"."""
+    if isinstance(value, bool | str):
+        raise ValueError("must be a JSON number")
+    return value
+
+
 TimeIn = Annotated[
     int,
     BeforeValidator(_parse_time),
@@ -102,6 +111,18 @@ def _storable(value: str) -> str:
 
 DEFAULT_LEVEL_COUNT = len(parse_delay_levels(DEFAULT_DELAY_LEVELS))
 TEXT_PATTERN = "^[^\\u0000]*$"
+# Python's \s (which the domain's checks use) spelled out: JSON Schema's \s is ECMAScript's, which
+# lacks \x1c-\x1f and \x85 and has \ufeff.
+WHITESPACE = (
+    "\\t-\\r\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+)
+TAG_CHAR = f"[^|\\u0000{WHITESPACE}]"
+TAG_PATTERN = f"^{TAG_CHAR}{{1,128}}$"
+_GAP = f"[{WHITESPACE}]*"
+EXPRESSION_PATTERN = (
+    f"^{_GAP}(\\*|{TAG_CHAR}{{1,128}}({_GAP}\\|\\|{_GAP}{TAG_CHAR}{{1,128}})*)?{_GAP}$"
+)
+URL_PATTERN = f"^https?://[^\\u0000{WHITESPACE}]+$"
 PROPERTY_NAME_SCHEMA: dict[str, Any] = {
     "minLength": 1,
     "maxLength": 128,
@@ -149,8 +170,7 @@ class MessageIn(Strict):
         Annotated[
             str,
             AfterValidator(_storable),
-            # Python's \s (the domain's) also takes \x1c-\x1f; JSON Schema's does not.
-            Field(json_schema_extra={"pattern": "^[^|\\s\\u001c-\\u001f\\u0000]{1,128}$"}),
+            Field(json_schema_extra={"pattern": TAG_PATTERN}),
         ]
         | None
     ) = Field(None, description="1-128 characters, no '|' and no whitespace")
@@ -185,6 +205,8 @@ class MessageIn(Strict):
     )
     deliver_at: TimeIn | None = None
     msg_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
+
+    _numbers = field_validator("queue_id", "delay_level", mode="before")(_json_number)
 
     def to_draft(self) -> MessageDraft:
         if self.encoding == "base64":
@@ -260,7 +282,9 @@ class BatchResultOut(BaseModel):
 class TopicIn(Strict):
     name: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
     queues: int | None = Field(None, ge=1, le=1024, description="Default: default_topic_queues")
-    order: bool = False
+    order: StrictBool = False  # JSON's true/false, not 0/1
+
+    _numbers = field_validator("queues", mode="before")(_json_number)
 
 
 class QueueOut(BaseModel):
@@ -290,6 +314,8 @@ class TransactionIn(MessageIn):
     producer_group: str = Field(json_schema_extra=NAME_SCHEMA)
     check_immunity_seconds: float | None = Field(None, ge=0, le=86_400 * 7)
 
+    _immunity = field_validator("check_immunity_seconds", mode="before")(_json_number)
+
 
 class HalfOut(BaseModel):
     transaction_id: str
@@ -302,7 +328,7 @@ class DecisionIn(Strict):
     producer_group: Name | None = Field(
         None, description="The half's producer group; may be left out by an operator"
     )
-    from_check: bool = False
+    from_check: StrictBool = False
 
 
 class ResolutionOut(BaseModel):
@@ -335,9 +361,9 @@ class TransactionListOut(BaseModel):
 
 class HeartbeatIn(Strict):
     client_id: Annotated[Text, Field(min_length=1, max_length=255)]
-    callback_url: (
-        Annotated[str, Field(max_length=2048, pattern=r"^https?://[^\s\x00]+$")] | None
-    ) = Field(None, description="Where the broker POSTs check requests (push mode)")
+    callback_url: Annotated[str, Field(max_length=2048, pattern=URL_PATTERN)] | None = Field(
+        None, description="Where the broker POSTs check requests (push mode)"
+    )
     topics: list[Annotated[Text, Field(max_length=255)]] = Field(
         default_factory=list, max_length=1000, description="Topics this instance produces to"
     )
