@@ -129,7 +129,7 @@ class AsyncPushConsumer(ConsumerBase):
     async def _receive_loop(self) -> None:
         while not self._stopping:
             async with self._room:
-                await self._room.wait_for(lambda: self._held < self.batch_size or self._stopping)
+                await self._room.wait_for(lambda: self._held <= self.low_water or self._stopping)
                 if self._stopping:
                     return
                 free = self.batch_size - self._held

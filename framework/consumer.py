@@ -160,7 +160,7 @@ class PushConsumer(ConsumerBase):
     def _receive_loop(self) -> None:
         while not self._stop.is_set():
             with self._room:
-                while self._held >= self.batch_size and not self._stop.is_set():
+                while self._held > self.low_water and not self._stop.is_set():
                     self._room.wait(0.2)
                 free = self.batch_size - self._held
             if self._stop.is_set():

@@ -150,6 +150,12 @@ class ConsumerBase:
         self.handlers = Handlers("consumer")
         self.started = False
 
+    @property
+    def low_water(self) -> int:
+        """Receive again once at most this many messages are held: the prefetch (``batch_size``)
+        is refilled in large receives, never one message at a time."""
+        return (self.batch_size - 1) // 2
+
     @overload
     def subscribe(self, topic: Callable[P, R], /) -> Registered[P, R]: ...
     @overload

@@ -16,6 +16,7 @@ the push check-back route.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ AnyProducer = TransactionProducer | AsyncTransactionProducer
 
 
 async def _stop(client: Any) -> None:
-    if asyncio.iscoroutinefunction(client.shutdown):
+    if inspect.iscoroutinefunction(client.shutdown):
         await client.shutdown()
     else:
         await asyncio.to_thread(client.shutdown)
@@ -51,7 +52,7 @@ def halfmq_lifespan(
         started: list[Any] = []
         try:
             for client in clients:
-                if asyncio.iscoroutinefunction(client.start):
+                if inspect.iscoroutinefunction(client.start):
                     await client.start()
                 else:
                     await asyncio.to_thread(client.start)
