@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from broker_service.domain.clock import now_ms
 from broker_service.domain.consumer_admin import ConsumerAdmin, OffsetReset
@@ -27,9 +28,18 @@ from broker_service.domain.consumers import (
     Subscribed,
 )
 from broker_service.domain.errors import InvalidRequest
-from broker_service.domain.ports import Store
+from broker_service.domain.ports import Store, StoreTx
 
 _TOUCH_EVERY_MS = 5_000  # a member's liveness is written at most this often per broker
+
+T = TypeVar("T")
+
+
+class UnitRunner(Protocol):
+    """Runs consumer units of work side by side (PostgreSQL), instead of through the writer.
+    ``lease_only``: the unit only takes or renews leases, whose loss just redelivers."""
+
+    async def run(self, unit: Callable[[StoreTx], T], *, lease_only: bool = False) -> T: ...
 
 
 class ConsumerService:
@@ -42,8 +52,10 @@ class ConsumerService:
         poll_seconds: float = 0.5,
         max_wait_seconds: float = 30.0,
         clock: Callable[[], int] = now_ms,
+        runner: UnitRunner | None = None,
     ) -> None:
         self.store = store
+        self.runner = runner
         self.config = config
         self.arrivals = arrivals
         self.poll_seconds = poll_seconds
@@ -92,7 +104,7 @@ class ConsumerService:
             unit = self.consumers.receive(
                 group, client_id, topic, max_messages, invisible_ms, self._touch(group, client_id)
             )
-            result = await self.store.write(unit)
+            result = await self._claim(unit, lease_only=True)
             remaining = deadline - time.monotonic()
             if result.delivered or remaining <= 0:
                 return result.delivered
@@ -100,6 +112,11 @@ class ConsumerService:
             if result.next_due_at is not None:
                 pause = min(pause, max(0.0, (result.next_due_at - self.clock()) / 1000) + 0.002)
             await self.arrivals.wait(result.topics, pause, version)
+
+    async def _claim(self, unit: Callable[[StoreTx], T], *, lease_only: bool = False) -> T:
+        if self.runner is not None:
+            return await self.runner.run(unit, lease_only=lease_only)
+        return await self.store.write(unit)
 
     def _touch(self, group: str, client_id: str) -> bool:
         now = self.clock()
@@ -112,13 +129,13 @@ class ConsumerService:
         return True
 
     async def ack(self, group: str, handles: Sequence[str]) -> AckResult:
-        result = await self.store.write(self.consumers.ack(group, handles))
+        result = await self._claim(self.consumers.ack(group, handles))
         if result.freed_topics:  # an orderly queue may hand out its next message now
             self.arrivals.announce(result.freed_topics)
         return result
 
     async def nack(self, group: str, handle: str, delay_level: int | None) -> NackResult:
-        return await self.store.write(self.retries.nack(group, handle, delay_level))
+        return await self._claim(self.retries.nack(group, handle, delay_level))
 
     async def change_invisible(self, group: str, handle: str, invisible_seconds: float) -> Delivery:
         if invisible_seconds <= 0:
@@ -126,7 +143,7 @@ class ConsumerService:
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
             )
         unit = self.consumers.change_invisible(group, handle, int(invisible_seconds * 1000))
-        return await self.store.write(unit)
+        return await self._claim(unit, lease_only=True)
 
     # -- dead letters -----------------------------------------------------------------------------
 

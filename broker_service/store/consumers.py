@@ -12,9 +12,10 @@ acked out of order behind it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+import anyio.to_thread
 from sqlalchemy import (
     Connection,
     and_,
@@ -30,6 +31,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from broker_service.domain import names
 from broker_service.domain.consumer_model import (
@@ -44,6 +47,7 @@ from broker_service.domain.consumer_model import (
     QueueProgress,
     Subscription,
 )
+from broker_service.domain.errors import BrokerError, NotReady
 from broker_service.domain.model import QueueInfo, StoredMessage
 from broker_service.store import rows
 from broker_service.store.bulk import BulkInsert
@@ -58,6 +62,8 @@ from broker_service.store.schema import (
     topics,
     trace_events,
 )
+
+T = TypeVar("T")
 
 g = consumer_groups.c
 s = subscriptions.c
@@ -654,3 +660,50 @@ def _delivery_record(r: Any) -> Delivery:
         invisible_until=r["invisible_until"],
         finished_at=r["finished_at"],
     )
+
+
+class ConcurrentUnits:
+    """PostgreSQL: consumer units of work on their own pooled connections, side by side, instead
+    of queueing behind the group-commit writer.
+
+    Claims are row locks taken with ``SKIP LOCKED`` -- exactly what lets several brokers share one
+    database -- so receives, acks and nacks of one broker may run in parallel the same way.  A
+    receive or change-invisible commits with ``synchronous_commit = off``: losing its lease in a
+    database crash only hands the message out again (at least once).  Acks and nacks commit as the
+    ``flush`` setting says, like every other write.
+    """
+
+    def __init__(self, engine: Engine, *, durable: bool, ready: Callable[[], bool]) -> None:
+        self.engine = engine
+        self.durable = durable
+        self.ready = ready
+
+    async def run(self, unit: Callable[[Any], T], *, lease_only: bool = False) -> T:
+        if not self.ready():
+            raise NotReady("the broker is not ready: the store's schema is not current")
+        relaxed = lease_only or not self.durable
+        return await anyio.to_thread.run_sync(self._run, unit, relaxed)
+
+    def _run(self, unit: Callable[[Any], T], relaxed: bool) -> T:
+        from broker_service.store.sqltx import SqlTx  # sqltx imports this module
+
+        error: Exception | None = None
+        for _ in range(_RETRIES):
+            try:
+                with self.engine.begin() as conn:
+                    if relaxed:
+                        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                    tx = SqlTx(conn)
+                    result = unit(tx)
+                    tx.flush()
+                return result
+            except BrokerError:
+                raise
+            except (IntegrityError, OperationalError) as exc:  # a lost race, a deadlock: again
+                error = exc
+            except DBAPIError as exc:
+                raise NotReady(f"the store failed: {exc.orig}", code="STORE_UNAVAILABLE") from exc
+        raise NotReady(f"the store failed: {error}", code="STORE_UNAVAILABLE") from error
+
+
+_RETRIES = 3

@@ -50,7 +50,8 @@ from broker_service.domain.consumer_service import ConsumerService
 from broker_service.domain.consumer_wakeup import Arrivals, ArrivalsStore
 from broker_service.domain.consumers import ConsumerConfig
 from broker_service.domain.service import BrokerService
-from broker_service.settings import BrokerSettings
+from broker_service.settings import BrokerSettings, Flush
+from broker_service.store.consumers import ConcurrentUnits
 
 router = APIRouter(
     prefix="/v1/consumer-groups", tags=["consumer groups"], responses=ERROR_RESPONSES
@@ -308,6 +309,14 @@ def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, brok
         consumer_expiry_ms=int(settings.consumer_expiry_seconds * 1000),
         broker_id=broker_id,
     )
+    store = app.state.store
+    runner = None
+    if not settings.is_sqlite:  # SQLite has one writer; PostgreSQL claims side by side
+        runner = ConcurrentUnits(
+            store.readers,
+            durable=settings.flush is Flush.SYNC,
+            ready=lambda: bool(store.schema_current),
+        )
     app.state.consumers = ConsumerService(
         service.store,
         config,
@@ -315,6 +324,7 @@ def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, brok
         poll_seconds=settings.receive_poll_seconds,
         max_wait_seconds=settings.receive_max_wait_seconds,
         clock=service.clock,
+        runner=runner,
     )
     app.include_router(router)
     app.include_router(trace_router)
