@@ -76,6 +76,9 @@ class BrokerSettings(BaseSettings):
     max_reconsume_times: int = Field(16, ge=0)
     scheduler: bool = Field(True, description="Run the background schedulers in this process")
     write_batch_max: int = Field(512, ge=1, description="Most requests one store commit carries")
+    write_queue_max: int = Field(
+        20_000, ge=1, description="Requests waiting for a store commit beyond which sends get 429"
+    )
     pool_size: int = Field(8, ge=1, description="Store connections for reads")
     log_level: str = "info"
     auto_create_groups: bool = Field(
@@ -94,6 +97,17 @@ class BrokerSettings(BaseSettings):
     consumer_expiry_seconds: float = Field(
         120, gt=0, description="A consumer member is live while it received this recently"
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if value.strip() in ("sqlite://", "sqlite:///:memory:", "sqlite:///"):
+            raise ValueError(
+                "a private in-memory SQLite database cannot be shared by the broker's reader and "
+                "writer connections: use a file (sqlite:///path.db) or a shared-cache URI "
+                "(sqlite:///file:NAME?mode=memory&cache=shared&uri=true)"
+            )
+        return value
 
     @field_validator("message_delay_level")
     @classmethod

@@ -67,25 +67,8 @@ class BrokerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> None:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "broker_service",
-                    "broker",
-                    "serve",
-                    "--database-url",
-                    self.database_url,
-                    "--port",
-                    str(self.port),
-                    "--host",
-                    "127.0.0.1",
-                    *self.extra,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        self.start_unready()
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -100,6 +83,19 @@ class BrokerProcess:
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"broker not ready after {timeout}s: {self.log_path.read_text()}")
+
+    def start_unready(self) -> None:
+        """Start the process without waiting for it to be ready (it may refuse to be)."""
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "broker_service", "broker", "serve",
+                    "--database-url", self.database_url, "--port", str(self.port),
+                    "--host", "127.0.0.1", *self.extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""

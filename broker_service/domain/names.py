@@ -19,7 +19,7 @@ MAX_KEYS = 32
 MAX_KEY_LENGTH = 128
 MAX_TAG_LENGTH = 128
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,127}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")  # fullmatch: "$" would let a final "\n" in
 _WHITESPACE = re.compile(r"\s")
 
 
@@ -29,7 +29,7 @@ def is_system_topic(name: str) -> bool:
 
 def check_name(name: str, what: str = "topic") -> str:
     """A topic or group name: ``^[A-Za-z0-9_-]{1,127}$``."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidName(
             f"{what} name {name!r} must be 1-127 characters of A-Z a-z 0-9 _ -",
             code=f"INVALID_{what.upper().replace(' ', '_')}_NAME",

@@ -40,7 +40,11 @@ class SqlStore:
             self.url, flush=settings.flush, writer=False, pool_size=settings.pool_size
         )
         self.writer_engine = make_engine(self.url, flush=settings.flush, writer=True)
-        self.writer = GroupCommitWriter(self.writer_engine, batch_max=settings.write_batch_max)
+        self.writer = GroupCommitWriter(
+            self.writer_engine,
+            batch_max=settings.write_batch_max,
+            queue_max=settings.write_queue_max,
+        )
         self.schema_current = False
         self.schema_reason = "starting"
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
-from broker_service.domain.errors import BrokerError, Busy, NotReady
+from broker_service.domain.errors import BrokerError, Busy, InvalidRequest, NotReady
 from broker_service.store.sqltx import SqlTx
 
 log = logging.getLogger("halfmq.store.writer")
@@ -47,6 +47,7 @@ _STOP = object()
 
 class GroupCommitWriter:
     def __init__(self, engine: Engine, *, batch_max: int = 512, queue_max: int = 20_000) -> None:
+        """``queue_max``: requests waiting for a commit beyond which the broker answers 429 BUSY."""
         self.engine = engine
         self.batch_max = batch_max
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_max)
@@ -127,6 +128,11 @@ class GroupCommitWriter:
         for _ in range(_RETRIES):
             try:
                 self._run_batch([job])
+            except DataError as exc:
+                # The store refused a value (PostgreSQL: a NUL in text, a number out of range):
+                # the request is wrong, and trying again cannot help.
+                job.value, job.ok = _refused(exc), False
+                break
             except (IntegrityError, DBAPIError) as exc:
                 error = exc
                 continue
@@ -158,6 +164,11 @@ def _settle(jobs: list[_Job]) -> None:
             job.future.set_result(job.value)
         else:
             job.future.set_exception(job.value)
+
+
+def _refused(error: DataError) -> InvalidRequest:
+    reason = str(error.orig).splitlines()[0] if error.orig is not None else "invalid value"
+    return InvalidRequest(f"the store refused a value: {reason}", code="INVALID_VALUE")
 
 
 def _translate(error: Exception) -> Exception:

@@ -117,11 +117,6 @@ async def test_a_system_topic_is_400(
     assert detail["topic"].startswith(("RMQ_SYS_", "SCHEDULE_TOPIC_"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="domain/names.py matches names with `$`, which also matches before a final newline: "
-    "'abc\\n' is taken as a topic name (reported; the domain is not this test's to fix)",
-)
 async def test_a_name_with_a_trailing_newline_is_400(broker: InProcessBroker) -> None:
     response = await broker.client.post("/v1/topics", json={"name": "abc\n"})
     assert_error(response, 400, "INVALID_TOPIC_NAME")

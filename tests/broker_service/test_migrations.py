@@ -14,7 +14,7 @@ from sqlalchemy import create_engine
 
 from broker_service.store import migrate
 from broker_service.store.schema import metadata
-from tests.support import BrokerProcess, free_port
+from tests.support import BrokerProcess, free_port, wait_until
 
 
 def test_migrations_match_the_declared_schema(store_url: str) -> None:
@@ -54,12 +54,30 @@ def test_a_broker_on_an_old_schema_refuses_and_names_the_fix(
     store_url: str, tmp_path: Path
 ) -> None:
     migrate.upgrade(store_url, "0001")
-    broker = BrokerProcess(store_url, free_port(), tmp_path / "broker.log")
-    with pytest.raises(RuntimeError, match="not ready"):
-        broker.start(timeout=4)
-    log = (tmp_path / "broker.log").read_text()
-    assert "halfmq db upgrade" in log
+    refused = BrokerProcess(store_url, free_port(), tmp_path / "broker.log")
+    refused.start_unready()
+    try:
+        answer: httpx.Response | None = None
+
+        def refusing() -> bool:
+            nonlocal answer
+            try:
+                answer = httpx.get(f"{refused.url}/readyz", timeout=2)
+            except httpx.HTTPError:
+                return False
+            return answer.status_code == 503
+
+        wait_until(refusing, 60, "the broker to answer /readyz")
+        assert answer is not None
+        assert answer.json()["error"]["code"] == "NOT_READY"
+        assert "halfmq db upgrade" in answer.json()["error"]["message"]
+        sent = httpx.post(f"{refused.url}/v1/topics", json={"name": "t"}, timeout=5)
+        assert sent.status_code == 503
+        assert "halfmq db upgrade" in (tmp_path / "broker.log").read_text()
+    finally:
+        refused.stop()
     migrate.upgrade(store_url)
+    broker = BrokerProcess(store_url, free_port(), tmp_path / "broker-after.log")
     broker.start()
     try:
         assert httpx.get(f"{broker.url}/readyz").status_code == 200
