@@ -13,6 +13,7 @@ from broker_service.cli import (
     broker,
     consume,
     db,
+    demo,
     dlq,
     groups,
     messages,
@@ -37,6 +38,7 @@ app.add_typer(messages.app, name="message")
 app.add_typer(groups.app, name="group")
 app.add_typer(dlq.app, name="dlq")
 app.command("consume")(consume.consume)
+app.command("demo")(demo.demo)
 # The reconciliation job's commands import pyspark / pyarrow only when run.
 app.command("export")(reconcile_cli.export)
 app.command("reconcile")(reconcile_cli.reconcile)

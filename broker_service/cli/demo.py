@@ -1,0 +1,61 @@
+"""``halfmq demo``: the Bob-to-Smith transfer demo (``demo_bank.runner``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from demo_bank.runner import DemoConfig, run
+from demo_bank.stores import DEFAULT_PG
+
+
+def demo(
+    transfers: Annotated[int, typer.Option(help="How many transfers to send", min=1)] = 3000,
+    store: Annotated[
+        str, typer.Option(help="sqlite (files in --dir) or postgresql (three databases)")
+    ] = "sqlite",
+    seed: Annotated[int, typer.Option(help="Makes the faults repeatable")] = 7,
+    faults: Annotated[bool, typer.Option("--faults/--no-faults", help="Inject faults")] = True,
+    concurrency: Annotated[int, typer.Option(help="Transfers in flight at once", min=1)] = 32,
+    run_dir: Annotated[Path, typer.Option("--dir", help="Databases (sqlite) and logs")] = Path(
+        "halfmq-demo"
+    ),
+    pg_url: Annotated[
+        str, typer.Option(help="A database on the PostgreSQL server to create the three in")
+    ] = DEFAULT_PG,
+    settle_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for everything to settle")
+    ] = 90.0,
+    reconcile: Annotated[
+        bool, typer.Option("--reconcile/--no-reconcile", help="Run the Spark reconciliation")
+    ] = True,
+) -> None:
+    """Bob's bank pays Smith's bank: the broker and both banks as real processes, thousands of
+    concurrent transfers, injected faults, and the invariants read back from both databases.
+    Exits 1 when an invariant fails or the run does not settle."""
+    from demo_bank.report import render
+
+    if store not in ("sqlite", "postgresql"):
+        raise typer.BadParameter("sqlite or postgresql", param_hint="--store")
+    console = Console()
+    config = DemoConfig(
+        transfers=transfers,
+        store=store,
+        seed=seed,
+        faults=faults,
+        concurrency=concurrency,
+        run_dir=run_dir,
+        pg_url=pg_url,
+        settle_timeout=settle_timeout,
+        reconcile=reconcile,
+    )
+    try:
+        result = run(config, console)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted: every process the demo started was stopped[/red]")
+        raise typer.Exit(130) from None
+    render(result, console)
+    raise typer.Exit(result.exit_code)

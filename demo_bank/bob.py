@@ -1,0 +1,186 @@
+"""Bob's bank: ``POST /transfers`` debits the sender in a local transaction and publishes the
+transfer as a half message in the framework's automatic check mode (``@producer.transactional``).
+
+Insufficient funds (or an unknown account) roll the local transaction back -- no debit row, no log
+row -- and the half is rolled back: the transfer is never delivered.  Checks are answered from the
+framework's log; Bob has no check code."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import httpx
+import orjson
+from fastapi import FastAPI, Header
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from demo_bank.accounts import error, ledger_router
+from demo_bank.db import make_engine
+from demo_bank.faults import FAULT_HEADER, CommitFaults, DroppingTransport
+from demo_bank.schema import DEBIT, accounts, now_ms, transfers
+from demo_bank.settings import BOB_GROUP, TOPIC, BankSettings
+from framework import (
+    CheckMode,
+    HalfMQError,
+    LocalTransactionState,
+    Message,
+    Retry,
+    TransactionProducer,
+)
+from framework.fastapi import halfmq_lifespan
+
+State = LocalTransactionState
+# Rides through a broker restart (about 6 s of retries) before a transfer is refused with 503.
+BROKER_RETRY = Retry(attempts=9, backoff=0.05, multiplier=2.0, max_backoff=1.0)
+
+
+class TransferIn(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_account: str = Field(alias="from", min_length=1, max_length=64)
+    to_account: str = Field(alias="to", min_length=1, max_length=64)
+    amount: int = Field(gt=0, description="Cents")
+
+
+class TransferAccepted(BaseModel):
+    transfer_id: str
+    transaction_id: str
+    state: str  # COMMITTED | COMMIT_PENDING (the check-back will commit) | UNKNOWN
+
+
+@dataclass
+class TransferOrder:
+    """The local transaction's argument; it tells the route why it rolled back."""
+
+    transfer_id: str
+    from_account: str
+    to_account: str
+    amount: int
+    fault: str | None = None
+    refusal: str | None = None
+
+
+def new_transfer_id() -> str:
+    return f"t-{time.time_ns() // 1_000_000:x}-{secrets.token_hex(6)}"
+
+
+def transfer_body(order: TransferOrder) -> str:
+    return orjson.dumps(
+        {
+            "transfer_id": order.transfer_id,
+            "from": order.from_account,
+            "to": order.to_account,
+            "amount": order.amount,
+        }
+    ).decode()
+
+
+def build_producer(
+    settings: BankSettings,
+    sessions: sessionmaker[Session],
+    faults: CommitFaults,
+    transport: httpx.BaseTransport,
+) -> TransactionProducer:
+    producer = TransactionProducer(
+        BOB_GROUP,
+        brokers=[settings.broker],
+        check=CheckMode.pull(wait_seconds=settings.check_wait_seconds),
+        retry=BROKER_RETRY,
+        heartbeat_interval=settings.heartbeat_interval,
+        transport=transport,
+    )
+
+    @producer.transactional(TOPIC, session_factory=sessions)
+    def debit(session: Session, message: Message, order: TransferOrder) -> State | None:
+        moved = session.execute(
+            update(accounts)
+            .where(accounts.c.account_id == order.from_account)
+            .where(accounts.c.balance >= order.amount)
+            .values(balance=accounts.c.balance - order.amount)
+        )
+        if moved.rowcount != 1:  # type: ignore[attr-defined]
+            known = session.execute(
+                select(accounts.c.account_id).where(accounts.c.account_id == order.from_account)
+            ).first()
+            order.refusal = "INSUFFICIENT_FUNDS" if known else "ACCOUNT_NOT_FOUND"
+            return State.ROLLBACK_MESSAGE
+        session.execute(
+            insert(transfers).values(
+                transfer_id=order.transfer_id,
+                account_id=order.from_account,
+                counterparty=order.to_account,
+                amount=order.amount,
+                direction=DEBIT,
+                created_at=now_ms(),
+            )
+        )
+        faults.arm(session, message.transaction_id, order.fault)
+        return None  # commit
+
+    return producer
+
+
+def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None = None) -> FastAPI:
+    """Bob's bank.  ``transport`` reaches the broker (``framework.testing``'s in tests)."""
+    engine = make_engine(settings.database_url)
+    sessions = sessionmaker(engine)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+    dropping = DroppingTransport(transport or httpx.HTTPTransport(limits=limits))
+    faults = CommitFaults(settings.faults, dropping)
+    faults.install(sessions)
+    producer = build_producer(settings, sessions, faults, dropping)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with halfmq_lifespan(producer)(app):
+            yield
+        engine.dispose()
+
+    app = FastAPI(title="Bob's bank", lifespan=lifespan)
+    app.include_router(ledger_router(sessions))
+    app.state.producer = producer
+
+    @app.post("/transfers", status_code=201, response_model=TransferAccepted)
+    def create_transfer(
+        body: TransferIn,
+        x_demo_fault: Annotated[str | None, Header(alias=FAULT_HEADER)] = None,
+    ) -> Any:
+        order = TransferOrder(
+            new_transfer_id(),
+            body.from_account,
+            body.to_account,
+            body.amount,
+            fault=faults.accept(x_demo_fault),
+        )
+        message = Message(
+            TOPIC, body=transfer_body(order), keys=[order.transfer_id], tags="transfer"
+        )
+        try:
+            result = producer.send_message_in_transaction(message, arg=order)
+        except HalfMQError as exc:
+            return error(503, "BROKER_UNAVAILABLE", f"the transfer was not sent: {exc}")
+        if result.local_state is State.ROLLBACK_MESSAGE:
+            code = order.refusal or "ROLLED_BACK"
+            return error(
+                422,
+                code,
+                f"transfer {order.transfer_id} rolled back: {code}",
+                transfer_id=order.transfer_id,
+                transaction_id=result.transaction_id,
+            )
+        if result.local_state is State.UNKNOW:
+            state = "UNKNOWN"
+        else:
+            state = "COMMITTED" if result.resolution == "COMMITTED" else "COMMIT_PENDING"
+        return TransferAccepted(
+            transfer_id=order.transfer_id, transaction_id=result.transaction_id, state=state
+        )
+
+    return app

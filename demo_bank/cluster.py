@@ -1,0 +1,68 @@
+"""The broker and the two banks as real processes on loopback, with the demo's short settings."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from demo_bank.plan import FLAKY_PERCENT
+from demo_bank.processes import Service, bank_service, broker_service, free_port
+from demo_bank.settings import TOPIC
+from demo_bank.stores import Stores
+
+# Retry k of a consumer waits delay level 3 + k: 300 ms, 400 ms, ... (RocketMQ's: 10 s, 30 s, ...)
+DELAY_LEVELS = " ".join([*(f"{100 * n}ms" for n in range(1, 10)), *(["1s"] * 9)])
+BROKER_SETTINGS = {
+    "transaction_timeout_seconds": "1",
+    "transaction_check_interval_seconds": "0.5",
+    "producer_expiry_seconds": "3",
+    "message_delay_level": DELAY_LEVELS,
+    "receive_poll_seconds": "0.2",
+    "log_level": "warning",
+}
+
+
+@dataclass
+class Cluster:
+    broker: Service
+    bob: Service
+    smith: Service
+
+    @property
+    def services(self) -> tuple[Service, ...]:
+        return (self.broker, self.bob, self.smith)
+
+    def start(self) -> None:
+        self.broker.start()
+        with httpx.Client(base_url=self.broker.url, timeout=10) as client:
+            client.post("/v1/topics", json={"name": TOPIC, "queues": 4}).raise_for_status()
+        self.bob.start()
+        self.smith.start()
+
+    def stop(self) -> None:
+        """Every process this run started, by PID, banks first."""
+        for service in (self.bob, self.smith, self.broker):
+            with contextlib.suppress(OSError, ProcessLookupError):
+                service.stop()
+
+
+def make_cluster(stores: Stores, folder: Path, seed: int, faults: bool) -> Cluster:
+    broker_port = free_port()
+    broker_url = f"http://127.0.0.1:{broker_port}"
+    broker = broker_service(stores.broker, broker_port, folder / "broker.log", BROKER_SETTINGS)
+
+    def env(database_url: str) -> dict[str, str]:
+        return {
+            "DEMO_BANK_DATABASE_URL": database_url,
+            "DEMO_BANK_BROKER": broker_url,
+            "DEMO_BANK_FAULTS": "true" if faults else "false",
+            "DEMO_BANK_FLAKY_PERCENT": str(FLAKY_PERCENT if faults else 0),
+            "DEMO_BANK_SEED": str(seed),
+        }
+
+    bob = bank_service("bob", free_port(), folder / "bob.log", env(stores.bob))
+    smith = bank_service("smith", free_port(), folder / "smith.log", env(stores.smith))
+    return Cluster(broker, bob, smith)

@@ -1,0 +1,125 @@
+"""Concurrent transfers against Bob's bank, and the faults fired at set points of the run.
+
+Each transfer is sent until Bob gives an answer: a refused connection (Bob is down) or a 503 (the
+broker is down; no half was stored, so nothing was debited) is sent again once Bob is back; a
+connection that breaks after the request went out leaves the transfer *in doubt* -- the banks'
+databases tell what became of it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from demo_bank.faults import FAULT_HEADER
+from demo_bank.plan import Plan, TransferSpec, crash_transfer
+from demo_bank.processes import Service
+
+COMMITTED, ROLLED_BACK, IN_DOUBT, GAVE_UP = "committed", "rolled back", "in doubt", "gave up"
+SEND_DEADLINE = 120.0
+
+
+class Traffic:
+    def __init__(
+        self,
+        bob: Service,
+        plan: Plan,
+        concurrency: int,
+        say: Callable[[str], None],
+        advance: Callable[[], None],
+    ) -> None:
+        self.bob = bob
+        self.plan = plan
+        self.concurrency = concurrency
+        self.say = say
+        self.advance = advance
+        self.outcomes: Counter[str] = Counter()
+        self.resent = 0
+        self.bob_up = threading.Event()
+        self.bob_up.set()
+        self._lock = threading.Lock()
+        self._done = 0
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(30, connect=5),
+            limits=httpx.Limits(max_connections=concurrency * 2),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    @property
+    def done(self) -> int:
+        return self._done
+
+    def send_all(self, on_progress: Callable[[int], None]) -> None:
+        """Send every planned transfer; ``on_progress(done)`` runs in the caller's thread."""
+        with ThreadPoolExecutor(self.concurrency, "demo-transfer") as pool:
+            futures = [pool.submit(self._send, spec) for spec in self.plan.transfers]
+            while not all(f.done() for f in futures):
+                on_progress(self._done)
+                time.sleep(0.02)
+            for future in futures:
+                future.result()
+        on_progress(self._done)
+
+    def _record(self, outcome: str) -> None:
+        with self._lock:
+            self.outcomes[outcome] += 1
+            self._done += 1
+        self.advance()
+
+    def _send(self, spec: TransferSpec) -> None:
+        self._record(self.send_one(spec))
+
+    def send_one(self, spec: TransferSpec) -> str:
+        body = {"from": spec.from_account, "to": spec.to_account, "amount": spec.amount}
+        headers = {FAULT_HEADER: spec.fault} if spec.fault else {}
+        deadline = time.monotonic() + SEND_DEADLINE
+        while time.monotonic() < deadline:
+            if not self.bob_up.wait(max(0.0, deadline - time.monotonic())):
+                break
+            try:
+                response = self._client.post(
+                    f"{self.bob.url}/transfers", json=body, headers=headers
+                )
+            except httpx.ConnectError:  # not sent: Bob is down, send it again when he is back
+                time.sleep(0.1)
+                continue
+            except httpx.TransportError:
+                return IN_DOUBT
+            if response.status_code == 503:  # the broker is down: no half, no debit
+                with self._lock:
+                    self.resent += 1
+                time.sleep(0.2)
+                continue
+            if response.status_code == 201:
+                return COMMITTED
+            if response.status_code == 422:
+                return ROLLED_BACK
+            return IN_DOUBT
+        return GAVE_UP
+
+    # -- the process faults ------------------------------------------------------------------------
+
+    def kill_bob_after_commit(self, seed: int) -> float:
+        """Send the transfer Bob dies on, wait for the death, restart him; the seconds it took."""
+        began = time.monotonic()
+        pid = self.bob.pid
+        outcome = self.send_one(crash_transfer(seed))
+        if not self.bob.wait_exit(15):
+            raise RuntimeError("Bob survived his crash-after-commit fault")
+        self.bob_up.clear()
+        try:
+            self.bob.start()
+        finally:
+            self.bob_up.set()
+        took = time.monotonic() - began
+        self.say(
+            f"Bob (pid {pid}) SIGKILLed itself right after the local commit of a transfer, "
+            f"before the broker's commit (the runner saw: {outcome}); restarted in {took:.1f}s"
+        )
+        return took
