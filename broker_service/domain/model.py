@@ -6,8 +6,12 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
+from typing import NamedTuple
 
 import orjson
+
+NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
 
 class TransactionState(StrEnum):
@@ -80,15 +84,17 @@ class QueueInfo:
     max_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class MessageDraft:
-    """A message as a client sent it, validated; bodies already decoded to bytes."""
+class MessageDraft(NamedTuple):
+    """A message as a client sent it, validated; bodies already decoded to bytes.
+
+    The records made per message on the hot path are NamedTuples: immutable like frozen
+    dataclasses, and three times cheaper to make."""
 
     body: bytes
     encoding: Encoding = Encoding.UTF8
     tags: str | None = None
     keys: tuple[str, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = NO_PROPERTIES
     sharding_key: str | None = None
     queue_id: int | None = None
     delay_level: int | None = None
@@ -145,8 +151,7 @@ class PendingMessage:
     queue_offset: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
+class StoredMessage(NamedTuple):
     id: int
     topic: str
     queue_id: int
@@ -170,8 +175,7 @@ class StoredMessage:
     dedup_key: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class TransactionRecord:
+class TransactionRecord(NamedTuple):
     transaction_id: str
     msg_id: str
     producer_group: str

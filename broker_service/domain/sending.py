@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker_service.domain import names
 from broker_service.domain.clock import now_ms
@@ -26,8 +26,7 @@ from broker_service.domain.queues import QueueSelector
 Message = StoredMessage | PendingMessage
 
 
-@dataclass(frozen=True, slots=True)
-class SendReceipt:
+class SendReceipt(NamedTuple):
     """RocketMQ's SendResult.  A delayed message has no offset in its real topic until released."""
 
     msg_id: str

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker_service.domain import names
 from broker_service.domain.errors import Conflict, NotFound
@@ -39,16 +39,14 @@ from broker_service.domain.sending import Sender
 FINAL_STATES = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
 
 
-@dataclass(frozen=True, slots=True)
-class HalfReceipt:
+class HalfReceipt(NamedTuple):
     transaction_id: str
     msg_id: str
     duplicate: bool
     state: TransactionState = TransactionState.PREPARED
 
 
-@dataclass(frozen=True, slots=True)
-class Resolution:
+class Resolution(NamedTuple):
     """The answer to a commit or rollback (the same for every repeat of the winning decision)."""
 
     transaction_id: str

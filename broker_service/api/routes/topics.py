@@ -54,11 +54,11 @@ async def delete_topic(topic: UserTopicName, service: ServiceDep) -> Response:
 @router.post("/{topic}/messages", status_code=status.HTTP_201_CREATED, response_model=SendResultOut)
 async def send_message(
     topic: UserTopicName, body: MessageIn, service: ServiceDep, metrics: MetricsDep
-) -> SendResultOut:
+) -> Response:
     """Store one message; a retransmit with the same ``msg_id`` and content is answered again."""
     (receipt,) = await service.send(topic, [body.to_draft()])
     metrics.messages_sent.labels(duplicate=str(receipt.duplicate).lower()).inc()
-    return convert.receipt_out(receipt)
+    return convert.json_response(convert.receipt_dict(receipt), status.HTTP_201_CREATED)
 
 
 @router.post(
@@ -66,10 +66,11 @@ async def send_message(
 )
 async def send_batch(
     topic: UserTopicName, body: BatchIn, service: ServiceDep, metrics: MetricsDep
-) -> BatchResultOut:
+) -> Response:
     """Store every message of the batch, in order, or none of them."""
     receipts = await service.send(topic, [m.to_draft() for m in body.messages])
     duplicates = sum(r.duplicate for r in receipts)
     metrics.messages_sent.labels(duplicate="true").inc(duplicates)
     metrics.messages_sent.labels(duplicate="false").inc(len(receipts) - duplicates)
-    return BatchResultOut(results=[convert.receipt_out(r) for r in receipts])
+    results = [convert.receipt_dict(r) for r in receipts]
+    return convert.json_response({"results": results}, status.HTTP_201_CREATED)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 
 from broker_service.api import convert
 from broker_service.api.deps import MetricsDep, ServiceDep
@@ -24,16 +24,20 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=E
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfOut)
-async def send_half(body: TransactionIn, service: ServiceDep, metrics: MetricsDep) -> HalfOut:
+async def send_half(body: TransactionIn, service: ServiceDep, metrics: MetricsDep) -> Response:
     """Store a half message in RMQ_SYS_TRANS_HALF_TOPIC, invisible to consumers."""
     receipt = await service.prepare(
         body.topic, body.to_draft(), body.producer_group, body.check_immunity_seconds
     )
     if not receipt.duplicate:
         metrics.halves.inc()
-    return HalfOut(
-        transaction_id=receipt.transaction_id, msg_id=receipt.msg_id, duplicate=receipt.duplicate
-    )
+    half = {
+        "transaction_id": receipt.transaction_id,
+        "msg_id": receipt.msg_id,
+        "state": "PREPARED",
+        "duplicate": receipt.duplicate,
+    }
+    return convert.json_response(half, status.HTTP_201_CREATED)
 
 
 async def _resolve(
@@ -42,20 +46,20 @@ async def _resolve(
     body: DecisionIn | None,
     service: ServiceDep,
     metrics: MetricsDep,
-) -> ResolutionOut:
+) -> Response:
     body = body or DecisionIn()
     by = ResolvedBy.CHECK if body.from_check else ResolvedBy.PRODUCER
     if body.producer_group is None and not body.from_check:
         by = ResolvedBy.OPERATOR
     resolution = await service.resolve(transaction_id, decision, body.producer_group, by)
     metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
-    return convert.resolution_out(resolution)
+    return convert.json_response(convert.resolution_dict(resolution))
 
 
 @router.post("/{transaction_id}/commit", response_model=ResolutionOut)
 async def commit(
     transaction_id: IdPath, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
-) -> ResolutionOut:
+) -> Response:
     """Append the op record and put the message into its real topic, atomically."""
     return await _resolve(transaction_id, Decision.COMMIT, body, service, metrics)
 
@@ -63,7 +67,7 @@ async def commit(
 @router.post("/{transaction_id}/rollback", response_model=ResolutionOut)
 async def rollback(
     transaction_id: IdPath, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
-) -> ResolutionOut:
+) -> Response:
     """Append the op record only: the message is never delivered."""
     return await _resolve(transaction_id, Decision.ROLLBACK, body, service, metrics)
 
