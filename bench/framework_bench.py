@@ -14,8 +14,9 @@ same work over the same kind of client:
   messages, vs raw pollers doing ``receive`` (32) + ``ack``: per message (ack mode AUTO) and one
   ack per batch (ack mode BATCH vs one ack call per received batch).
 
-Raw and framework runs alternate (raw, framework, raw, framework) and each figure is the mean of
-its two runs.  The target: every framework figure at least 0.8 of its raw one.
+Raw and framework runs alternate (raw, framework, raw, framework, ...) and each figure is the
+median of its three runs (a loaded machine makes single runs noisy).  The target: every
+framework figure at least 0.8 of its raw one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +51,7 @@ from framework import (
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
+ROUNDS = 3  # raw and framework alternate; each figure is the median of its rounds
 
 
 def free_port() -> int:
@@ -286,17 +289,17 @@ def framework_consume(base: str, count: int, pollers: int, mode: AckMode) -> flo
 
 def pair(name: str, raw: Callable[[], float], framework: Callable[[], float]) -> float:
     raws, fws = [], []
-    for _ in range(2):
+    for _ in range(ROUNDS):
         raws.append(raw())
         fws.append(framework())
-    r, f = sum(raws) / 2, sum(fws) / 2
+    r, f = statistics.median(raws), statistics.median(fws)
     print(f"{name:<44} raw {r:9.1f}/s   framework {f:9.1f}/s   ratio {f / r:5.2f}", flush=True)
     return f / r
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")

@@ -28,7 +28,7 @@ from framework.message import (
     SendStatus,
     TransactionSendResult,
 )
-from framework.producer_base import TRANSACTIONAL, ProducerBase, to_state
+from framework.producer_base import TRANSACTIONAL, ProducerBase, batch_topic, to_state
 from framework.transport import AsyncBrokerClient
 
 log = logging.getLogger("halfmq.producer")
@@ -129,7 +129,7 @@ class AsyncTransactionProducer(ProducerBase):
         return await self.client.call(protocol.send(message))
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
-        return await self.client.call(protocol.send_batch(messages[0].topic, messages))
+        return await self.client.call(protocol.send_batch(batch_topic(messages), messages))
 
     async def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         await self.client.call(protocol.create_topic(name, queues, order))

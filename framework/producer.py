@@ -21,7 +21,7 @@ from framework.message import (
     SendStatus,
     TransactionSendResult,
 )
-from framework.producer_base import TRANSACTIONAL, ProducerBase, to_state
+from framework.producer_base import TRANSACTIONAL, ProducerBase, batch_topic, to_state
 from framework.transport import BrokerClient
 
 log = logging.getLogger("halfmq.producer")
@@ -137,7 +137,7 @@ class TransactionProducer(ProducerBase):
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Messages of one topic, stored all or none, in order."""
-        return self.client.call(protocol.send_batch(messages[0].topic, messages))
+        return self.client.call(protocol.send_batch(batch_topic(messages), messages))
 
     def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         self.client.call(protocol.create_topic(name, queues, order))

@@ -137,6 +137,12 @@ class ProducerBase:
             )
 
 
+def batch_topic(messages: Sequence[Message]) -> str:
+    if not messages:
+        raise ConfigurationError("a batch needs at least one message")
+    return messages[0].topic
+
+
 def _decorate(handlers: Handlers, topic: Any, role: str) -> Any:
     if callable(topic):
         handler = Registered(topic, ANY_TOPIC, role)

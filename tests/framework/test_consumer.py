@@ -359,3 +359,18 @@ def test_a_transactional_message_reaches_the_consumer_only_when_committed(
         time.sleep(0.5)
     assert seen.bodies() == ["committed"]
     assert seen.items[0].transaction_id == committed.transaction_id
+
+
+def test_a_delayed_message_is_consumed_after_its_delay(
+    consumers: MakeConsumer, producers: MakeProducer
+) -> None:
+    seen = Seen()
+    consumer = consumers()
+    consumer.subscribe("transfers")(seen.add)
+    with consumer:
+        sent_at = time.monotonic()
+        producers("sender").send(Message("transfers", body="later", delay_level=5))  # 500 ms here
+        wait_until(lambda: len(seen.items) >= 1, 10, "the delayed message")
+        waited = time.monotonic() - sent_at
+    assert seen.bodies() == ["later"]
+    assert waited >= 0.45

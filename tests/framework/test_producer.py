@@ -263,3 +263,24 @@ def test_the_test_broker_answers_raw_http(inproc: InProcessBroker) -> None:
         assert client.get("/healthz").status_code == 200
         assert isinstance(client.get("/v1/topics").json()["topics"], list)
     assert isinstance(inproc.transport, httpx.BaseTransport)
+
+
+def test_heartbeats_register_the_instance_and_its_mode(
+    producers: Make, inproc: InProcessBroker
+) -> None:
+    pull = producers(client_id="bob-pull")
+    pull.check_local_transaction("transfers")(lambda m: None)
+    push = producers(client_id="bob-push", check=CheckMode.push("http://bob:8000/halfmq/check"))
+    with pull, push, inproc.client() as client:
+        group = client.get("/v1/producer-groups/bob-bank").json()
+    instances = {i["client_id"]: i for i in group["instances"]}
+    assert instances["bob-pull"]["mode"] == "pull"
+    assert instances["bob-pull"]["topics"] == ["transfers"]
+    assert instances["bob-push"]["mode"] == "push"
+    assert instances["bob-push"]["callback_url"] == "http://bob:8000/halfmq/check"
+    assert all(i["live"] for i in instances.values())
+
+
+def test_an_empty_batch_is_refused(producers: Make) -> None:
+    with pytest.raises(ConfigurationError):
+        producers().send_batch([])
