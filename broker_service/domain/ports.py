@@ -71,6 +71,12 @@ class StoreTx(Protocol):
         ...
 
     def get_transaction(self, transaction_id: str) -> TransactionRecord | None: ...
+    def transaction_with_half(
+        self, transaction_id: str
+    ) -> tuple[TransactionRecord, StoredMessage | None] | None:
+        """The transaction and its half message (None if the half is gone), in one lookup."""
+        ...
+
     def list_transactions(
         self,
         state: TransactionState | None,

@@ -164,7 +164,10 @@ class Transactions:
         by: ResolvedBy,
     ) -> Callable[[StoreTx], Resolution]:
         def unit(tx: StoreTx) -> Resolution:
-            record = self._get(tx, transaction_id)
+            found = tx.transaction_with_half(transaction_id)
+            if found is None:
+                raise _unknown(transaction_id)
+            record, half = found
             if producer_group is not None and producer_group != record.producer_group:
                 raise Conflict(
                     f"transaction {transaction_id} belongs to producer group "
@@ -182,7 +185,6 @@ class Transactions:
                     topic=record.topic,
                     transaction_id=transaction_id,
                 )
-            half = tx.get_message_at(names.HALF_TOPIC, 0, record.half_offset)
             if half is None:
                 raise NotFound(
                     f"the half message of transaction {transaction_id} is gone",
@@ -214,11 +216,7 @@ class Transactions:
     def _get(tx: StoreTx, transaction_id: str) -> TransactionRecord:
         record = tx.get_transaction(transaction_id)
         if record is None:
-            raise NotFound(
-                f"transaction {transaction_id!r} does not exist",
-                code="TRANSACTION_NOT_FOUND",
-                transaction_id=transaction_id,
-            )
+            raise _unknown(transaction_id)
         return record
 
     @staticmethod
@@ -297,3 +295,11 @@ class Transactions:
         else:
             deliver_at = None
         return self.sender.placed(message, deliver_at, level)
+
+
+def _unknown(transaction_id: str) -> NotFound:
+    return NotFound(
+        f"transaction {transaction_id!r} does not exist",
+        code="TRANSACTION_NOT_FOUND",
+        transaction_id=transaction_id,
+    )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import orjson
 from sqlalchemy import Row
@@ -16,6 +17,13 @@ from broker_service.domain.model import (
     TransactionRecord,
     TransactionState,
 )
+
+
+def _mapping(row: Row[Any] | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(row, Row):
+        return cast(Mapping[str, Any], row._mapping)
+    return row
+
 
 MESSAGE_COLUMNS = (
     "topic",
@@ -65,35 +73,38 @@ def message_row(m: PendingMessage) -> tuple[Any, ...]:
     )
 
 
-def stored_message(row: Row[Any]) -> StoredMessage:
-    m = row._mapping
+def stored_message(row: Row[Any] | Mapping[str, Any], prefix: str = "") -> StoredMessage:
+    """A ``messages`` row (its columns named ``prefix`` + column, as in a join) as a record."""
+    m = _mapping(row)
+    p = prefix
+    keys, properties = m[p + "keys"], m[p + "properties"]
     return StoredMessage(
-        id=m["id"],
-        topic=m["topic"],
-        queue_id=m["queue_id"],
-        queue_offset=m["queue_offset"],
-        msg_id=m["msg_id"],
-        body=bytes(m["body"]),
-        encoding=m["encoding"],
-        tags=m["tags"],
-        keys=tuple(orjson.loads(m["keys"])) if m["keys"] else (),
-        properties=orjson.loads(m["properties"]) if m["properties"] else {},
-        sharding_key=m["sharding_key"],
-        transaction_id=m["transaction_id"],
-        producer_group=m["producer_group"],
-        born_at=m["born_at"],
-        stored_at=m["stored_at"],
-        deliver_at=m["deliver_at"],
-        released_at=m["released_at"],
-        reconsume_times=m["reconsume_times"],
-        origin_id=m["origin_id"],
-        content_hash=m["content_hash"],
-        dedup_key=m["dedup_key"],
+        id=m[p + "id"],
+        topic=m[p + "topic"],
+        queue_id=m[p + "queue_id"],
+        queue_offset=m[p + "queue_offset"],
+        msg_id=m[p + "msg_id"],
+        body=bytes(m[p + "body"]),
+        encoding=m[p + "encoding"],
+        tags=m[p + "tags"],
+        keys=tuple(orjson.loads(keys)) if keys else (),
+        properties=orjson.loads(properties) if properties else {},
+        sharding_key=m[p + "sharding_key"],
+        transaction_id=m[p + "transaction_id"],
+        producer_group=m[p + "producer_group"],
+        born_at=m[p + "born_at"],
+        stored_at=m[p + "stored_at"],
+        deliver_at=m[p + "deliver_at"],
+        released_at=m[p + "released_at"],
+        reconsume_times=m[p + "reconsume_times"],
+        origin_id=m[p + "origin_id"],
+        content_hash=m[p + "content_hash"],
+        dedup_key=m[p + "dedup_key"],
     )
 
 
-def topic_record(row: Row[Any]) -> Topic:
-    m = row._mapping
+def topic_record(row: Row[Any] | Mapping[str, Any]) -> Topic:
+    m = _mapping(row)
     return Topic(
         name=m["name"],
         queues=m["queues"],
@@ -136,8 +147,8 @@ def transaction_row(record: TransactionRecord, half_offset: int) -> tuple[Any, .
     )
 
 
-def transaction_record(row: Row[Any]) -> TransactionRecord:
-    m = row._mapping
+def transaction_record(row: Row[Any] | Mapping[str, Any]) -> TransactionRecord:
+    m = _mapping(row)
     return TransactionRecord(
         transaction_id=m["transaction_id"],
         msg_id=m["msg_id"],

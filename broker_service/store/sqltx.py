@@ -126,7 +126,7 @@ class SqlTx(CheckStore, ConsumerStore):
 
     def get_topic(self, name: str) -> Topic | None:
         if name not in self._topics:
-            row = self.conn.execute(sql.topic_by_name, {"name": name}).first()
+            row = sql.topic_by_name.first(self.conn, {"name": name})
             self._topics[name] = rows.topic_record(row) if row else None
         return self._topics[name]
 
@@ -181,7 +181,7 @@ class SqlTx(CheckStore, ConsumerStore):
 
     def get_message_at(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         params = {"topic": topic, "queue_id": queue_id, "offset": offset}
-        row = self.conn.execute(sql.message_at, params).first()
+        row = sql.message_at.first(self.conn, params)
         return rows.stored_message(row) if row else None
 
     def find_messages(self, msg_id: str) -> list[StoredMessage]:
@@ -247,7 +247,7 @@ class SqlTx(CheckStore, ConsumerStore):
             if message.transaction_id == transaction_id and message.topic == topic:
                 return message
         params = {"transaction_id": transaction_id, "topic": topic}
-        row = self.conn.execute(sql.message_of_transaction, params).first()
+        row = sql.message_of_transaction.first(self.conn, params)
         return rows.stored_message(row) if row else None
 
     # -- transactions ---------------------------------------------------------------------------
@@ -262,6 +262,18 @@ class SqlTx(CheckStore, ConsumerStore):
         params = {"transaction_id": transaction_id}
         row = self.conn.execute(sql.transaction_by_id, params).first()
         return rows.transaction_record(row) if row else None
+
+    def transaction_with_half(
+        self, transaction_id: str
+    ) -> tuple[TransactionRecord, StoredMessage | None] | None:
+        if any(r.transaction_id == transaction_id for r, _ in self._transactions):
+            self.flush()  # a half of this very batch: write it first
+        params = {"transaction_id": transaction_id}
+        row = sql.transaction_with_half.first(self.conn, params)
+        if row is None:
+            return None
+        half = rows.stored_message(row, "m_") if row["m_id"] is not None else None
+        return rows.transaction_record(row), half
 
     def list_transactions(
         self,
@@ -294,8 +306,7 @@ class SqlTx(CheckStore, ConsumerStore):
             "b_at": at,
             "b_by": by.value,
         }
-        result = self.conn.execute(sql.resolve_transaction, params)
-        return result.rowcount == 1
+        return sql.resolve_transaction.rowcount(self.conn, params) == 1
 
     # -- producers ------------------------------------------------------------------------------
 

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, func, select, tuple_, update
+from sqlalchemy import and_, bindparam, func, select, text, tuple_, update
 
+from broker_service.domain.names import HALF_TOPIC
 from broker_service.store.bulk import BulkInsert
+from broker_service.store.fastpath import Prepared
 from broker_service.store.rows import MESSAGE_COLUMNS, TRANSACTION_COLUMNS
 from broker_service.store.schema import (
     message_keys,
@@ -16,8 +18,10 @@ from broker_service.store.schema import (
 )
 
 OPEN_STATES = ("PREPARED", "DISCARDED")
+# Spelled out: an IN list of literals compiles to a per-call expanding parameter.
+OPEN_STATE = text("transactions.state IN ('PREPARED', 'DISCARDED')")
 
-topic_by_name = select(topics).where(topics.c.name == bindparam("name"))
+topic_by_name = Prepared(select(topics).where(topics.c.name == bindparam("name")))
 
 queues_by_keys = (
     select(queues.c.topic, queues.c.queue_id, queues.c.next_offset)
@@ -42,30 +46,50 @@ sent_by_dedup_keys = select(messages).where(
     messages.c.dedup_key.in_(bindparam("keys", expanding=True))
 )
 
-message_at = select(messages).where(
-    messages.c.topic == bindparam("topic"),
-    messages.c.queue_id == bindparam("queue_id"),
-    messages.c.queue_offset == bindparam("offset"),
+message_at = Prepared(
+    select(messages).where(
+        messages.c.topic == bindparam("topic"),
+        messages.c.queue_id == bindparam("queue_id"),
+        messages.c.queue_offset == bindparam("offset"),
+    )
 )
 
 messages_by_msg_id = (
     select(messages).where(messages.c.msg_id == bindparam("msg_id")).order_by(messages.c.id)
 )
 
-message_of_transaction = select(messages).where(
-    messages.c.transaction_id == bindparam("transaction_id"),
-    messages.c.topic == bindparam("topic"),
+message_of_transaction = Prepared(
+    select(messages).where(
+        messages.c.transaction_id == bindparam("transaction_id"),
+        messages.c.topic == bindparam("topic"),
+    )
+)
+
+# A transaction and its half in one lookup (the half's columns prefixed "m_").
+transaction_with_half = Prepared(
+    select(transactions, *[c.label(f"m_{c.name}") for c in messages.c])
+    .select_from(
+        transactions.outerjoin(
+            messages,
+            and_(
+                messages.c.topic == HALF_TOPIC,
+                messages.c.queue_id == 0,
+                messages.c.queue_offset == transactions.c.half_offset,
+            ),
+        )
+    )
+    .where(transactions.c.transaction_id == bindparam("transaction_id"))
 )
 
 transaction_by_id = select(transactions).where(
     transactions.c.transaction_id == bindparam("transaction_id")
 )
 
-resolve_transaction = (
+resolve_transaction = Prepared(
     update(transactions)
     .where(
         transactions.c.transaction_id == bindparam("b_transaction_id"),
-        transactions.c.state.in_(OPEN_STATES),
+        OPEN_STATE,
     )
     .values(
         state=bindparam("b_state"),

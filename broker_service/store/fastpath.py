@@ -1,0 +1,73 @@
+"""The store's hottest single-row statements, run on the DBAPI cursor of the current connection.
+
+Statements are still SQLAlchemy Core constructs compiled by SQLAlchemy for the connection's dialect
+(once per dialect); only their execution skips SQLAlchemy's per-call work -- the compiled-cache
+lookup, parameter processing and result wrapping -- which cost several times the statement itself on
+SQLite.  They run inside the connection's current transaction like any other statement.  Rows come
+back as plain dicts keyed by column label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple, cast
+
+from sqlalchemy import Connection
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement
+
+_POSITIONAL = ("qmark", "format", "numeric")
+
+
+class _Compiled(NamedTuple):
+    text: str
+    order: tuple[str, ...] | None  # parameter names in placeholder order (positional styles)
+    fixed: dict[str, Any]
+
+
+class Prepared:
+    def __init__(self, statement: ClauseElement) -> None:
+        self.statement = statement
+        self._compiled: dict[str, _Compiled] = {}
+
+    def _sql(self, conn: Connection) -> _Compiled:
+        dialect = conn.dialect
+        found = self._compiled.get(dialect.name)
+        if found is None:
+            compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
+            order = None
+            if dialect.paramstyle in _POSITIONAL:
+                order = tuple(compiled.positiontup or ())
+            # Values the statement carries itself (literals compile to bound parameters).
+            fixed = {
+                name: bind.effective_value
+                for name, bind in compiled.binds.items()
+                if not bind.required
+            }
+            found = self._compiled[dialect.name] = _Compiled(compiled.string, order, fixed)
+        return found
+
+    def _run(self, conn: Connection, params: Mapping[str, Any]) -> Any:
+        compiled = self._sql(conn)
+        values = {**compiled.fixed, **params}
+        order = compiled.order
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(compiled.text, values if order is None else tuple(values[n] for n in order))
+        return cursor
+
+    def first(self, conn: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        cursor = self._run(conn, params)
+        try:
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            return dict(zip([d[0] for d in cursor.description], row, strict=True))
+        finally:
+            cursor.close()
+
+    def rowcount(self, conn: Connection, params: Mapping[str, Any]) -> int:
+        cursor = self._run(conn, params)
+        try:
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
