@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import shutil
 import tempfile
 import threading
@@ -56,6 +55,7 @@ FAST_CHECKS: dict[str, Any] = {
 }
 
 
+REQUEST_LIMIT_SECONDS = 120.0  # a bridged request never waits forever (long-polls are shorter)
 _TEMPLATE: list[Path] = []
 _TEMPLATE_LOCK = threading.Lock()
 
@@ -93,7 +93,16 @@ class SyncASGIBridge(httpx.BaseTransport):
             body = await response.aread()
             return response.status_code, response.headers, body
 
-        status, headers, body = asyncio.run_coroutine_threadsafe(run(), self.loop).result()
+        if self.loop.is_closed() or not self.loop.is_running():
+            raise httpx.ConnectError("the in-process test broker is stopped", request=request)
+        future = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        try:
+            status, headers, body = future.result(REQUEST_LIMIT_SECONDS)
+        except TimeoutError as exc:
+            future.cancel()
+            raise httpx.ReadTimeout(
+                "the in-process test broker did not answer", request=request
+            ) from exc
         return httpx.Response(status, headers=headers, content=body, request=request)
 
 
@@ -225,5 +234,4 @@ class InProcessBroker:
         return name
 
 
-with contextlib.suppress(ImportError):  # pragma: no cover - documentation alias
-    TestBroker = InProcessBroker
+TestBroker = InProcessBroker  # FastStream's name for the same idea

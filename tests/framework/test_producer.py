@@ -284,3 +284,20 @@ def test_heartbeats_register_the_instance_and_its_mode(
 def test_an_empty_batch_is_refused(producers: Make) -> None:
     with pytest.raises(ConfigurationError):
         producers().send_batch([])
+
+
+def test_a_stopped_test_broker_fails_fast_not_forever() -> None:
+    from framework import BrokerUnavailableError, Retry
+
+    with InProcessBroker() as broker:
+        broker.create_topic("transfers")
+        producer = TransactionProducer(
+            "bob-bank",
+            brokers=[broker.url],
+            transport=broker.transport,
+            retry=Retry(attempts=2, backoff=0.01),
+        )
+        assert producer.send(_message()).queue_offset == 0
+    with pytest.raises(BrokerUnavailableError):
+        producer.send(_message())
+    producer.shutdown()
