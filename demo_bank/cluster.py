@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from demo_bank.plan import FLAKY_PERCENT
-from demo_bank.processes import Service, bank_service, broker_service, free_port
+from demo_bank.processes import (
+    Service,
+    ServiceError,
+    bank_service,
+    broker_service,
+    free_port,
+)
 from demo_bank.settings import TOPIC
 from demo_bank.stores import Stores
 
@@ -39,8 +46,21 @@ class Cluster:
         self.broker.start()
         with httpx.Client(base_url=self.broker.url, timeout=10) as client:
             client.post("/v1/topics", json={"name": TOPIC, "queues": 4}).raise_for_status()
-        self.bob.start()
-        self.smith.start()
+        errors: list[ServiceError] = []
+
+        def start(service: Service) -> None:
+            try:
+                service.start()
+            except ServiceError as exc:
+                errors.append(exc)
+
+        banks = [threading.Thread(target=start, args=(s,)) for s in (self.bob, self.smith)]
+        for thread in banks:
+            thread.start()
+        for thread in banks:
+            thread.join()
+        if errors:
+            raise errors[0]
 
     def stop(self) -> None:
         """Every process this run started, by PID, banks first."""

@@ -41,6 +41,7 @@ class Traffic:
         self.resent = 0
         self.bob_up = threading.Event()
         self.bob_up.set()
+        self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._done = 0
         self._client = httpx.Client(
@@ -57,13 +58,17 @@ class Traffic:
 
     def send_all(self, on_progress: Callable[[int], None]) -> None:
         """Send every planned transfer; ``on_progress(done)`` runs in the caller's thread."""
-        with ThreadPoolExecutor(self.concurrency, "demo-transfer") as pool:
+        pool = ThreadPoolExecutor(self.concurrency, "demo-transfer")
+        try:
             futures = [pool.submit(self._send, spec) for spec in self.plan.transfers]
             while not all(f.done() for f in futures):
                 on_progress(self._done)
                 time.sleep(0.02)
             for future in futures:
                 future.result()
+        finally:  # Ctrl-C included: the workers give up at once, queued transfers are dropped
+            self.stopping.set()
+            pool.shutdown(wait=True, cancel_futures=True)
         on_progress(self._done)
 
     def _record(self, outcome: str) -> None:
@@ -79,9 +84,9 @@ class Traffic:
         body = {"from": spec.from_account, "to": spec.to_account, "amount": spec.amount}
         headers = {FAULT_HEADER: spec.fault} if spec.fault else {}
         deadline = time.monotonic() + SEND_DEADLINE
-        while time.monotonic() < deadline:
-            if not self.bob_up.wait(max(0.0, deadline - time.monotonic())):
-                break
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if not self.bob_up.wait(0.2):
+                continue
             try:
                 response = self._client.post(
                     f"{self.bob.url}/transfers", json=body, headers=headers

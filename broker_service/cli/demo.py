@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from demo_bank.runner import DemoConfig, run
+from demo_bank.runner import DemoConfig, Interrupted, run
 from demo_bank.stores import DEFAULT_PG
 
 
@@ -57,5 +57,8 @@ def demo(
     except KeyboardInterrupt:
         console.print("[red]interrupted: every process the demo started was stopped[/red]")
         raise typer.Exit(130) from None
+    except Interrupted:
+        console.print("[red]terminated: every process the demo started was stopped[/red]")
+        raise typer.Exit(143) from None
     render(result, console)
     raise typer.Exit(result.exit_code)
