@@ -32,6 +32,8 @@ test: lint
 
 bench: setup
 	$(BIN)/python bench/broker_bench.py
+	$(BIN)/python bench/checkback_bench.py
+	$(BIN)/python bench/framework_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
