@@ -1,15 +1,27 @@
-"""Consumer groups over the REST contract, on both stores: groups, subscriptions and tag filters,
-receive / ack / change-invisible, consume_from, reset by timestamp, long polling, errors."""
+"""Consumer groups over the REST contract, on both stores, against a real broker process over real
+HTTP: groups, subscriptions and tag filters, receive / ack / change-invisible, consume_from, reset
+by timestamp, long polling, the trace, errors."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.support import InProcessBroker
+from broker_service.settings import BrokerSettings
+from tests.support import BrokerProcess, InProcessBroker, free_port
+
+
+@pytest.fixture
+async def broker(broker_process: BrokerProcess) -> AsyncIterator[InProcessBroker]:
+    """The same helper as the in-process broker, talking real HTTP to a broker process."""
+    async with httpx.AsyncClient(base_url=broker_process.url, timeout=30) as client:
+        yield InProcessBroker(client, BrokerSettings(database_url=broker_process.database_url))
 
 
 class Group:
@@ -284,12 +296,21 @@ async def test_auto_created_group_and_errors(broker: InProcessBroker) -> None:
         assert bad.status_code == 422, bad.text
 
 
-async def test_groups_are_not_created_when_auto_create_is_off(migrated_url: str) -> None:
-    async with InProcessBroker.start(database_url=migrated_url, auto_create_groups=False) as b:
-        await b.topic("t", queues=1)
-        answer = await Group(b.client, "g").subscribe("t")
-        assert answer.status_code == 404
-        assert answer.json()["error"]["code"] == "CONSUMER_GROUP_NOT_FOUND"
+async def test_groups_are_not_created_when_auto_create_is_off(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    process = BrokerProcess(
+        migrated_url, free_port(), tmp_path / "broker.log", "--no-auto-create-groups"
+    )
+    process.start()
+    try:
+        async with httpx.AsyncClient(base_url=process.url, timeout=30) as client:
+            await client.post("/v1/topics", json={"name": "t", "queues": 1})
+            answer = await Group(client, "g").subscribe("t")
+            assert answer.status_code == 404
+            assert answer.json()["error"]["code"] == "CONSUMER_GROUP_NOT_FOUND"
+    finally:
+        process.stop()
 
 
 async def test_trace_shows_the_message_and_its_consumption(broker: InProcessBroker) -> None:
