@@ -90,15 +90,16 @@ def anomaly(
     event_at: Column,
     consumer_group: Column | None = None,
 ) -> DataFrame:
-    """Shape ``df`` (which has transaction_id, msg_id, keys, business_id, created_at) as rows of
-    ``ANOMALY_COLUMNS`` of ``kind``."""
+    """Shape ``df`` (which has transaction_id, msg_id, keys, created_at, and business_id for the
+    ledger kinds) as rows of ``ANOMALY_COLUMNS`` of ``kind``."""
+    business = F.col("business_id") if "business_id" in df.columns else F.lit(None)
     return df.select(
         F.lit(kind).alias("kind"),
         F.lit(SEVERITY[kind]).alias("severity"),
         F.col("transaction_id").cast("string"),
         F.col("msg_id").cast("string"),
         F.col("keys").cast("string"),
-        F.col("business_id").cast("string"),
+        business.cast("string").alias("business_id"),
         (consumer_group if consumer_group is not None else F.lit(None))
         .cast("string")
         .alias("consumer_group"),
@@ -144,11 +145,7 @@ def _role(topic: Column) -> Column:
 
 
 def transaction_view(
-    transactions: DataFrame,
-    messages: DataFrame,
-    scheduled: DataFrame,
-    window: Window,
-    mapping: KeyMapping,
+    transactions: DataFrame, messages: DataFrame, scheduled: DataFrame, window: Window
 ) -> DataFrame:
     """One row per transaction created in the window: its state, its half's keys and tags, how
     many commit / rollback op records and real messages it has, and when.
@@ -202,7 +199,7 @@ def transaction_view(
         .join(halves, "transaction_id", "left")
         .fillna(0, ["commit_ops", "rollback_ops", "real_count"])
     )
-    return view.withColumn("business_id", business_id(F.col("keys"), mapping))
+    return view
 
 
 # --- the store: halves, ops and real messages -------------------------------------------------
@@ -286,7 +283,7 @@ def dead_letters(view: DataFrame, dlq: DataFrame) -> DataFrame:
     by_origin = real.join(F.broadcast(copies), real["real_id"] == copies["origin_id"])
     return (
         by_msg.unionByName(by_origin)
-        .groupBy("transaction_id", "msg_id", "keys", "business_id", "created_at", "consumer_group")
+        .groupBy("transaction_id", "msg_id", "keys", "created_at", "consumer_group")
         .agg(F.min("dlq_at").alias("dlq_at"))
     )
 
@@ -351,7 +348,9 @@ def ack_lag(
 # --- ledgers -------------------------------------------------------------------------------
 
 
-def ledger_view(view: DataFrame, ledger: DataFrame, window: Window) -> DataFrame:
+def ledger_view(
+    view: DataFrame, ledger: DataFrame, window: Window, mapping: KeyMapping
+) -> DataFrame:
     """One row per business id in scope: the debits and credits of the banks' ledgers, with the
     transaction of the day it belongs to (if any) and whether that transaction was rolled back.
 
@@ -370,7 +369,8 @@ def ledger_view(view: DataFrame, ledger: DataFrame, window: Window) -> DataFrame
         F.min("created_at").alias("first_at"),
     )
     rolled_back = (F.col("rollback_ops") > 0) | (F.col("state") == "ROLLED_BACK")
-    txs = view.where(F.col("business_id").isNotNull()).select(
+    txs = view.withColumn("business_id", business_id(F.col("keys"), mapping))
+    txs = txs.where(F.col("business_id").isNotNull()).select(
         "business_id",
         "transaction_id",
         "msg_id",

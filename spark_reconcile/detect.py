@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_reconcile import anomalies as A
 from spark_reconcile.config import KeyMapping, Thresholds, Window
@@ -25,10 +26,11 @@ def detect(
     thresholds: Thresholds,
     keep: Callable[[DataFrame], DataFrame] = lambda df: df,
 ) -> DataFrame:
-    """The union of every check.  ``keep`` is given the frames several checks read (the view of
+    """The union of every check, with the business id mapped from the keys where a check did not
+    set it.  ``keep`` is given the frames several checks read (the view of
     the transactions, the dead letters, the books): the job persists them so each is computed
     once."""
-    view = keep(A.transaction_view(transactions, messages, scheduled, window, mapping))
+    view = keep(A.transaction_view(transactions, messages, scheduled, window))
     dead = keep(A.dead_letters(view, dlq))
     found = [
         A.stuck_halves(view, as_of=window.as_of, older_than=thresholds.stuck_ms),
@@ -48,7 +50,7 @@ def detect(
         A.dead_lettered(dead),
     ]
     if ledger is not None:
-        books = keep(A.ledger_view(view, ledger, window))
+        books = keep(A.ledger_view(view, ledger, window, mapping))
         found += [
             A.debit_without_credit(books, as_of=window.as_of, older_than=thresholds.credit_lag_ms),
             A.credit_without_debit(books),
@@ -56,4 +58,6 @@ def detect(
             A.credit_for_rolled_back(books),
             A.double_credit(books),
         ]
-    return reduce(DataFrame.unionByName, found)
+    every = reduce(DataFrame.unionByName, found)
+    mapped = A.business_id(F.col("keys"), mapping)
+    return every.withColumn("business_id", F.coalesce(F.col("business_id"), mapped))

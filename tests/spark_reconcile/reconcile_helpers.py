@@ -4,6 +4,13 @@ tests directory is on sys.path in pytest's default import mode)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
 MESSAGE_DDL = (
     "id long, topic string, msg_id string, tags string, keys string, properties string, "
@@ -27,3 +34,12 @@ def keys(*values: str) -> str:
 
 def op_properties(decision: str) -> str:
     return json.dumps({"DECISION": decision, "RESOLVED_BY": "producer"})
+
+
+def migrate(url: str) -> sa.Engine:
+    """A store at ``url`` brought to the head of the broker's migrations."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    command.upgrade(cfg, "head")
+    return sa.create_engine(url)

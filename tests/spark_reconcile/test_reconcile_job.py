@@ -17,27 +17,27 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("pyspark")
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
+import typer
+from reconcile_helpers import migrate
+from typer.testing import CliRunner
 
-from spark_reconcile import generate, plant
+from spark_reconcile import cli, generate, plant
 from spark_reconcile.config import DEFAULT_LEDGER, ReconcileConfig
-from spark_reconcile.export import WATERMARK, export_day
+from spark_reconcile.export import WATERMARK
 from spark_reconcile.job import run
 
 pytestmark = pytest.mark.spark
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 DAY = dt.date(2026, 11, 20)
 SPEC = generate.Synthetic(n=2 * len(generate.SCENARIOS), day=DAY, period=len(generate.SCENARIOS))
 
 
-def migrate(url: str) -> sa.Engine:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    command.upgrade(cfg, "head")
-    return sa.create_engine(url)
+def halfmq() -> typer.Typer:
+    """The two commands mounted as the ``halfmq`` app mounts them."""
+    app = typer.Typer()
+    app.command("reconcile")(cli.reconcile)
+    app.command("export")(cli.export)
+    return app
 
 
 def plant_all(spark: Any, store_url: str, bank_urls: dict[str, str]) -> None:
@@ -108,13 +108,18 @@ def test_postgres_store_and_banks(
     check_run(spark, config(tmp_path / "out", banks, store_url=store))
 
 
-def test_parquet_export_of_a_sqlite_store(spark: Any, tmp_path: Path) -> None:
+def test_parquet_export_of_a_sqlite_store_through_the_commands(spark: Any, tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'broker.db'}"
     banks = {b: f"sqlite:///{tmp_path / (b + '.db')}" for b in ("bob", "smith")}
     plant_all(spark, store, banks)
+    export = tmp_path / "export"
+    for day in (DAY, DAY + dt.timedelta(days=1)):
+        args = ["export", "--date", day.isoformat(), "--database-url", store, "--out", str(export)]
+        done = CliRunner().invoke(halfmq(), args)
+        assert done.exit_code == 0, done.output
+        assert "watermark advanced" in " ".join(done.output.split())  # Rich wraps lines
+    assert (export / "messages" / f"date={DAY}" / "part-00000.parquet").exists()
     engine = sa.create_engine(store)
-    exports = [export_day(engine, tmp_path / "export", d) for d in (DAY, DAY + dt.timedelta(1))]
-    assert all(e.watermark_advanced for e in exports)
     with engine.connect() as conn:
         mark = conn.execute(
             sa.text("SELECT exported_until FROM export_watermarks WHERE name = :n"),
@@ -122,4 +127,12 @@ def test_parquet_export_of_a_sqlite_store(spark: Any, tmp_path: Path) -> None:
         ).scalar_one()
     engine.dispose()
     assert mark == SPEC.start + 2 * 86_400_000
-    check_run(spark, config(tmp_path / "out", banks, parquet=str(tmp_path / "export")))
+    check_run(spark, config(tmp_path / "out", banks, parquet=str(export)))
+
+    args = ["reconcile", "--date", DAY.isoformat(), "--parquet", str(export)]
+    args += ["--out", str(tmp_path / "cli-out"), "--as-of", str(SPEC.as_of)]
+    args += [f"--ledger={b}={u}" for b, u in banks.items()]
+    done = CliRunner().invoke(halfmq(), args)
+    assert done.exit_code == 2, done.output
+    assert "critical" in done.output
+    assert (tmp_path / "cli-out" / "report" / f"date={DAY}" / "summary.md").exists()

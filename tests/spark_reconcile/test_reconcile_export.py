@@ -1,0 +1,32 @@
+"""``halfmq export`` on its own: the watermark only moves forward over contiguous days."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+import pytest
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("pyarrow")
+
+from reconcile_helpers import migrate
+
+from spark_reconcile.export import export_day
+
+DAY = dt.date(2026, 11, 20)
+
+
+def test_export_of_an_older_day_leaves_the_watermark(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'broker.db'}"
+    engine = migrate(store)
+    assert export_day(engine, tmp_path / "export", DAY).watermark_advanced
+    assert not export_day(
+        engine, tmp_path / "export", DAY - dt.timedelta(days=1)
+    ).watermark_advanced
+    skipped = export_day(engine, tmp_path / "export", DAY + dt.timedelta(days=2))
+    engine.dispose()
+    assert not skipped.watermark_advanced
+    assert skipped.rows["messages"] == 0
+    assert (tmp_path / "export" / "transactions" / f"date={DAY + dt.timedelta(days=2)}").exists()
