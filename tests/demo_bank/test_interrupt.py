@@ -1,0 +1,65 @@
+"""``halfmq demo`` interrupted mid-run (Ctrl-C, SIGTERM): it exits 130 / 143 and every process it
+started -- the broker and both banks, named by PID in its first line -- is gone."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_demo_stops_every_process_it_started(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    argv = ["demo", "--transfers", "100000", "--no-reconcile", "--dir", str(tmp_path)]
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "broker_service", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    try:
+        lines: list[str] = []
+
+        def read() -> None:
+            assert demo.stdout is not None
+            for raw in demo.stdout:
+                lines.append(raw.decode(errors="replace"))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 90
+        while not any("Smith pid" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = [line for line in lines if "Smith pid" in line]
+        assert started, "".join(lines)
+        pids = [int(p) for p in re.findall(r"pid (\d+)", started[0])]
+        assert len(pids) == 3
+        time.sleep(2)  # transfers in flight
+        demo.send_signal(signum)
+        assert demo.wait(60) == code, "".join(lines)
+        assert [pid for pid in pids if _alive(pid)] == []
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
+        if demo.stdout is not None:
+            demo.stdout.close()
