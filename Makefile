@@ -7,7 +7,16 @@ BIN := $(VENV)/bin
 
 .PHONY: setup demo broker test lint bench clean
 
-setup: $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
+
+setup: $(VENV)/.installed $(JARS)
+
+# The reconciliation job reads the stores over JDBC: Debian's drivers (Java 17 is on the machine).
+$(JARS):
+	$(SUDO) apt-get install -y -q libpostgresql-jdbc-java libxerial-sqlite-jdbc-java \
+	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q \
+	      libpostgresql-jdbc-java libxerial-sqlite-jdbc-java)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
