@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from broker_service.api.schemas import (
     DEFAULT_LEVEL_COUNT,
@@ -18,6 +19,15 @@ from broker_service.api.schemas import (
     TimeIn,
 )
 
+
+def _whole(value: Any) -> Any:
+    """Epoch milliseconds are an integer (the schema says so): 1.5 is not a time."""
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError("epoch milliseconds must be a whole number")
+    return value
+
+
+Time = Annotated[TimeIn, BeforeValidator(_whole)]
 ClientId = Annotated[Text, Field(min_length=1, max_length=255)]
 Handle = Annotated[Text, Field(min_length=1, max_length=128)]
 
@@ -42,7 +52,7 @@ class GroupIn(Strict):
     consume_from: Literal["FIRST_OFFSET", "LAST_OFFSET", "TIMESTAMP"] = Field(
         "LAST_OFFSET", description="Where the group starts in a topic it subscribes to"
     )
-    consume_timestamp: TimeIn | None = Field(None, description="For consume_from TIMESTAMP")
+    consume_timestamp: Time | None = Field(None, description="For consume_from TIMESTAMP")
     max_reconsume_times: int | None = Field(
         None, ge=0, le=10_000, description="Default: the broker's max_reconsume_times (16)"
     )
@@ -168,7 +178,7 @@ class GroupViewOut(GroupOut):
 
 class ResetIn(Strict):
     topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
-    timestamp: TimeIn
+    timestamp: Time
 
 
 class ResetQueueOut(BaseModel):

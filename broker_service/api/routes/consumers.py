@@ -172,14 +172,18 @@ async def ack(
     """Consumed.  A stale handle (its invisibility ran out) acks nothing; the message comes again."""
     result = await consumers.ack(group, body.receipt_handles)
     metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
+    metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
     return AckOut(acked=result.acked, stale=result.stale)
 
 
 @router.post("/{group}/nack", response_model=NackOut)
-async def nack(group: GroupName, body: NackIn, consumers: ConsumersDep) -> NackOut:
+async def nack(
+    group: GroupName, body: NackIn, consumers: ConsumersDep, metrics: MetricsDep
+) -> NackOut:
     """RECONSUME_LATER: the message comes back after the retry delay; past max_reconsume_times it
     goes to the group's DLQ.  404 unknown handle, 409 stale handle."""
     result = await consumers.nack(group, body.receipt_handle, body.delay_level)
+    metrics.consumer_messages.labels(outcome=result.outcome.lower()).inc()
     return NackOut(
         receipt_handle=result.receipt_handle,
         msg_id=result.msg_id,
@@ -265,10 +269,14 @@ async def list_dead(
 
 
 @router.post("/{group}/dlq/{msg_id}/resend", response_model=DeadOut)
-async def resend(group: GroupName, msg_id: IdPath, consumers: ConsumersDep) -> DeadOut:
+async def resend(
+    group: GroupName, msg_id: IdPath, consumers: ConsumersDep, metrics: MetricsDep
+) -> DeadOut:
     """Send a dead message back to the group (through its retry topic, reconsume count reset).
     404 not in the DLQ; 409 already resent."""
-    return _dead_out(await consumers.resend(group, msg_id))
+    dead = await consumers.resend(group, msg_id)
+    metrics.consumer_messages.labels(outcome="resent").inc()
+    return _dead_out(dead)
 
 
 __all__ = ["install", "router"]
