@@ -194,12 +194,11 @@ def transaction_view(
     day = transactions.where(
         (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
     )
-    view = (
+    return (
         day.join(counts, "transaction_id", "left")
         .join(halves, "transaction_id", "left")
         .fillna(0, ["commit_ops", "rollback_ops", "real_count"])
     )
-    return view
 
 
 # --- the store: halves, ops and real messages -------------------------------------------------

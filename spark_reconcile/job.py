@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -12,7 +13,7 @@ from sqlalchemy.engine import make_url
 from spark_reconcile import extract, load
 from spark_reconcile.config import ReconcileConfig
 from spark_reconcile.detect import detect
-from spark_reconcile.jdbc import driver_for, find_jars
+from spark_reconcile.jdbc import MissingDriverError, driver_for, find_jars
 from spark_reconcile.report import Summary, write_report
 from spark_reconcile.session import build_session
 
@@ -24,13 +25,32 @@ def session_for(config: ReconcileConfig, driver_memory: str | None = "4g") -> Sp
     urls = [s.url for s in config.ledgers]
     if config.store_url is not None:
         urls.append(config.store_url)
-    jars = find_jars([driver_for(u) for u in urls], config.jars)
-    return build_session(
+    drivers = list({d.kind: d for d in map(driver_for, urls)}.values())
+    jars = find_jars(drivers, config.jars)
+    spark = build_session(
         master=config.master or None,
         jars=jars,
         shuffle_partitions=config.shuffle_partitions,
         driver_memory=driver_memory,
     )
+    missing = [d for d in drivers if not _loadable(spark, d.java_class)]
+    if missing:
+        raise MissingDriverError(
+            f"{', '.join(d.java_class for d in missing)} is not on the driver's classpath: under "
+            f"spark-submit, give the jars to spark-submit itself: --jars {','.join(jars)}"
+        )
+    return spark
+
+
+def _loadable(spark: SparkSession, java_class: str) -> bool:
+    """Whether the driver JVM can load ``java_class`` (jars added after the JVM started, as
+    under spark-submit, are not)."""
+    jvm: Any = spark.sparkContext._jvm
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(java_class, True, False)
+    except Exception:
+        return False
+    return True
 
 
 def _source(config: ReconcileConfig) -> str:
