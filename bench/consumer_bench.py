@@ -10,7 +10,9 @@ For each store it starts a real broker process (flush=sync, the user's defaults)
 * wake-up      a receive long-polls an idle topic; a message is sent; the time from the send until
                the receive answers (p50 / p99 of 50).
 * backlog      ``--backlog`` messages are stored first, then 4 consumers drain them; the broker's
-               RSS is sampled during the drain (flat = it does not grow with the backlog).
+               RSS is sampled during the drain (flat = it does not grow with the backlog).  On
+               SQLite the writer's page cache (``cache_size=-65536`` in store/engine.py, 64 MB)
+               fills while the drain touches new pages: RSS rises by at most that, then stays.
 
 pgqueuer (PyPI) runs its throughput strategy as its ``tools/benchmark.py`` does (psycopg driver,
 1 enqueuer x batches of 10, 5 dequeuers x batches of 10) on a fresh schema of the same database.
