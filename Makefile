@@ -42,6 +42,7 @@ test: lint
 bench: setup
 	$(BIN)/python bench/broker_bench.py
 	$(BIN)/python bench/checkback_bench.py
+	$(BIN)/python bench/consumer_bench.py
 	$(BIN)/python bench/framework_bench.py
 
 clean:

@@ -54,11 +54,12 @@ def _sqlite_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> E
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=OFF")
-        # A bigger page cache for the indexes the writer maintains, and fewer, larger WAL
-        # checkpoints (they run inside a commit).
-        cursor.execute("PRAGMA cache_size=-65536")
-        cursor.execute("PRAGMA wal_autocheckpoint=8192")
         cursor.execute("PRAGMA temp_store=MEMORY")
+        if writer:
+            # A bigger page cache for the indexes the writer maintains (readers keep the default:
+            # there are many of them), and fewer, larger WAL checkpoints (they run in a commit).
+            cursor.execute("PRAGMA cache_size=-65536")
+            cursor.execute("PRAGMA wal_autocheckpoint=8192")
         cursor.close()
 
     begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
