@@ -86,10 +86,10 @@ async def test_retry_schedule_dead_letter_and_resend(start_broker: StartBroker) 
         assert second["msg_id"] == "m-1"
         assert second["topic"] == "t", "a retry shows its original topic"
         assert second["reconsume_times"] == 1
+        nacked_at = time.time()  # before the request: the broker's clock starts the delay on it
         nack = await _post(
             client, "/v1/consumer-groups/g/nack", {"receipt_handle": second["receipt_handle"]}
         )
-        nacked_at = time.time()
         [third] = await _receive(client, "g", "c2", wait_seconds=5)
         assert time.time() - nacked_at >= 0.4, "level 4 = 400 ms"
         assert third["reconsume_times"] == 2
