@@ -131,15 +131,23 @@ def _is_real(topic: Column) -> Column:
     return ~system & ~copies
 
 
+def _parked_real(topic: Column) -> Column:
+    """A delayed real message waiting in SCHEDULE_TOPIC_XXXX -- not a consumer's retry copy
+    parked there (its REAL_TOPIC is ``%RETRY%{group}``), which keeps the transaction id too."""
+    target = F.get_json_object("properties", "$.REAL_TOPIC")
+    retry = target.startswith(RETRY_PREFIX) | target.startswith(DLQ_PREFIX)
+    return (topic == SCHEDULE_TOPIC) & ~F.coalesce(retry, F.lit(False))
+
+
 def _role(topic: Column) -> Column:
     """What a message with a transaction id is to its transaction: ``half``, ``COMMIT`` or
     ``ROLLBACK`` (op records), ``real`` (in the user's topic), ``parked`` (a delayed real message
-    in SCHEDULE_TOPIC_XXXX); NULL for retry and discard copies."""
+    in SCHEDULE_TOPIC_XXXX); NULL for retry, dead-letter and discard copies."""
     decision = F.get_json_object("properties", "$.DECISION")
     return (
         F.when(topic == HALF_TOPIC, "half")
         .when(topic == OP_TOPIC, decision)
-        .when(topic == SCHEDULE_TOPIC, "parked")
+        .when(_parked_real(topic), "parked")
         .when(_is_real(topic), "real")
     )
 
@@ -154,7 +162,7 @@ def transaction_view(
     a hash aggregation); the keys and tags from the half, joined.  A delayed real message parked
     in SCHEDULE_TOPIC_XXXX (``scheduled``: those rows, few) counts as the real message until a
     released copy (``origin_id`` = the parked row) replaces it."""
-    parked_ids = scheduled.where(F.col("topic") == SCHEDULE_TOPIC).select(
+    parked_ids = scheduled.where(_parked_real(F.col("topic"))).select(
         F.col("id").alias("origin_id"), F.lit(True).alias("copies_parked")
     )
     role = F.col("role")

@@ -206,6 +206,18 @@ def test_delayed_real_message_counts_once_parked_or_released(frame: Any) -> None
     assert found(A.duplicate_reals(view)) == set()
 
 
+def test_retry_copies_parked_or_released_are_not_real_messages(frame: Any) -> None:
+    s = Store()
+    real_id = s.committed("retried")
+    retry = '{"REAL_TOPIC": "%RETRY%g1", "RETRY_TOPIC": "transfer"}'
+    parked = s.real("retried", topic=A.SCHEDULE_TOPIC, properties=retry, origin_id=real_id)
+    s.real("retried", topic="%RETRY%g1", properties=retry, origin_id=parked)
+    s.real("retried", topic=A.SCHEDULE_TOPIC, properties=retry, origin_id=real_id)
+    view = s.view(frame)
+    assert [r["real_count"] for r in view.collect()] == [1]
+    assert found(A.duplicate_reals(view)) == set()
+
+
 def _consumers(frame: Any, subs: list[tuple[Any, ...]], acks: list[tuple[str, str]]) -> Any:
     return frame(SUBSCRIPTION_DDL, subs), frame(ACK_DDL, acks)
 
