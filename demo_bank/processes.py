@@ -4,6 +4,7 @@ and stopped by PID -- SIGTERM then SIGKILL -- or killed on purpose with SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -101,14 +102,18 @@ class Service:
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
 
-    def stop(self, grace: float = 15) -> None:
+    def terminate(self) -> None:
+        """SIGTERM by PID (no wait)."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+
+    def stop(self, grace: float = 10) -> None:
         """SIGTERM by PID, SIGKILL after ``grace`` seconds."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            if not self.wait_exit(grace):
-                self.kill()
+        self.terminate()
+        if not self.wait_exit(grace):
+            self.kill()
         self.process = None
 
     def log_tail(self, lines: int = 30) -> str:
@@ -116,6 +121,19 @@ class Service:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def stop_all(services: Sequence[Service], grace: float = 10) -> None:
+    """SIGTERM to every one at once, SIGKILL to those still there after ``grace`` seconds."""
+    for service in services:
+        with contextlib.suppress(OSError):
+            service.terminate()
+    deadline = time.monotonic() + grace
+    for service in services:
+        with contextlib.suppress(OSError):
+            if not service.wait_exit(max(0.0, deadline - time.monotonic())):
+                service.kill()
+            service.process = None
 
 
 def broker_service(

@@ -45,7 +45,7 @@ class Traffic:
         self._lock = threading.Lock()
         self._done = 0
         self._client = httpx.Client(
-            timeout=httpx.Timeout(30, connect=5),
+            timeout=httpx.Timeout(20, connect=5),
             limits=httpx.Limits(max_connections=concurrency * 2),
         )
 
@@ -66,9 +66,11 @@ class Traffic:
                 time.sleep(0.02)
             for future in futures:
                 future.result()
-        finally:  # Ctrl-C included: the workers give up at once, queued transfers are dropped
-            self.stopping.set()
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:  # Ctrl-C, SIGTERM: drop what is queued, do not wait for requests
+            self.stopping.set()  # in flight (stopping Bob ends them)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         on_progress(self._done)
 
     def _record(self, outcome: str) -> None:
