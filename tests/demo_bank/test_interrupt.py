@@ -36,6 +36,7 @@ def test_interrupted_demo_stops_every_process_it_started(
         stderr=subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "250"},
     )
+    pids: list[int] = []
     try:
         lines: list[str] = []
 
@@ -51,7 +52,7 @@ def test_interrupted_demo_stops_every_process_it_started(
             time.sleep(0.1)
         started = [line for line in lines if "Smith pid" in line]
         assert started, "".join(lines)
-        pids = [int(p) for p in re.findall(r"pid (\d+)", started[0])]
+        pids += [int(p) for p in re.findall(r"pid (\d+)", started[0])]
         assert len(pids) == 3
         time.sleep(2)  # transfers in flight
         demo.send_signal(signum)
@@ -61,5 +62,8 @@ def test_interrupted_demo_stops_every_process_it_started(
         if demo.poll() is None:
             demo.kill()
             demo.wait(10)
+        for pid in pids:  # what the demo failed to stop: never leave it running
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
         if demo.stdout is not None:
             demo.stdout.close()
