@@ -24,9 +24,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev,spark]"
 	touch $@
 
-# Until the bank demo lands, the main job is the broker itself on its embedded SQLite store.
+# The main job: the Bob-to-Smith demo (broker and both banks as real processes, faults injected,
+# the invariants read back from both banks' databases), on SQLite files in ./halfmq-demo.
 demo: setup
-	$(BIN)/halfmq broker serve
+	$(BIN)/halfmq demo
 
 broker: setup
 	$(BIN)/halfmq broker serve
