@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -54,11 +56,12 @@ def demo(
     )
     try:
         result = run(config, console)
-    except KeyboardInterrupt:
-        console.print("[red]interrupted: every process the demo started was stopped[/red]")
-        raise typer.Exit(130) from None
-    except Interrupted:
-        console.print("[red]terminated: every process the demo started was stopped[/red]")
-        raise typer.Exit(143) from None
+    except (KeyboardInterrupt, Interrupted) as exc:
+        # run() stopped every process it started; transfer threads still blocked on a dead bank
+        # must not hold the exit up, so leave at once.
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        console.print(f"[red]{what}: every process the demo started was stopped[/red]")
+        sys.stdout.flush()
+        os._exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
     render(result, console)
     raise typer.Exit(result.exit_code)
