@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo broker test lint bench clean
+.PHONY: setup demo demo-pg broker test lint bench clean
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
@@ -28,6 +28,9 @@ $(VENV)/.installed: pyproject.toml
 # the invariants read back from both banks' databases), on SQLite files in ./halfmq-demo.
 demo: setup
 	$(BIN)/halfmq demo
+
+demo-pg: setup
+	$(BIN)/halfmq demo --store postgresql
 
 broker: setup
 	$(BIN)/halfmq broker serve
