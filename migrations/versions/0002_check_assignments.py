@@ -27,9 +27,7 @@ def upgrade() -> None:
             )
         )
         batch.add_column(sa.Column("discard_reason", sa.String(length=64), nullable=True))
-    op.create_index(
-        "ix_transactions_pull", "transactions", ["producer_group", "check_client_id"]
-    )
+    op.create_index("ix_transactions_pull", "transactions", ["producer_group", "check_client_id"])
 
 
 def downgrade() -> None:
