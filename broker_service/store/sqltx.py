@@ -263,11 +263,15 @@ class SqlTx(CheckStore, ConsumerStore):
         row = self.conn.execute(sql.transaction_by_id, params).first()
         return rows.transaction_record(row) if row else None
 
+    def _write_if_buffered(self, transaction_id: str) -> None:
+        """A transaction whose half is in this very batch is written before SQL looks for it."""
+        if any(r.transaction_id == transaction_id for r, _ in self._transactions):
+            self.flush()
+
     def transaction_with_half(
         self, transaction_id: str
     ) -> tuple[TransactionRecord, StoredMessage | None] | None:
-        if any(r.transaction_id == transaction_id for r, _ in self._transactions):
-            self.flush()  # a half of this very batch: write it first
+        self._write_if_buffered(transaction_id)
         params = {"transaction_id": transaction_id}
         row = sql.transaction_with_half.first(self.conn, params)
         if row is None:
@@ -298,8 +302,7 @@ class SqlTx(CheckStore, ConsumerStore):
     def resolve_transaction(
         self, transaction_id: str, state: TransactionState, at: int, by: ResolvedBy
     ) -> bool:
-        if any(r.transaction_id == transaction_id for r, _ in self._transactions):
-            self.flush()
+        self._write_if_buffered(transaction_id)
         params = {
             "b_transaction_id": transaction_id,
             "b_state": state.value,
