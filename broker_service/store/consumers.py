@@ -51,6 +51,7 @@ from broker_service.domain.errors import BrokerError, NotReady
 from broker_service.domain.model import QueueInfo, StoredMessage
 from broker_service.store import rows
 from broker_service.store.bulk import BulkInsert
+from broker_service.store.fastpath import Prepared
 from broker_service.store.schema import (
     consumer_groups,
     consumer_offsets,
@@ -199,7 +200,7 @@ _first_since = select(func.min(m.queue_offset)).where(
     m.queue_id == bindparam("queue"),
     m.stored_at >= bindparam("at"),
 )
-_messages_from = (
+_messages_from = Prepared(
     select(messages)
     .where(
         m.topic == bindparam("topic"),
@@ -234,6 +235,12 @@ _due = (
     .limit(bindparam("limit"))
 )
 _due_of_client = _due.where(d.client_id == bindparam("client"))
+# Each receive looks for due deliveries first: run precompiled (see store/fastpath.py).
+_due_queries = {
+    (client, locked): Prepared(query.with_for_update(skip_locked=True) if locked else query)
+    for client, query in ((False, _due), (True, _due_of_client))
+    for locked in (False, True)
+}
 _next_due = select(func.min(d.invisible_until)).where(d.consumer_group == bindparam("group"), _open)
 
 _by_handle = select(deliveries).where(
@@ -479,10 +486,8 @@ class ConsumerStore:
     def messages_from(
         self, topic: str, queue_id: int, offset: int, limit: int
     ) -> list[StoredMessage]:
-        result = self.conn.execute(
-            _messages_from, {"topic": topic, "queue": queue_id, "offset": offset, "limit": limit}
-        )
-        return [rows.stored_message(r) for r in result]
+        params = {"topic": topic, "queue": queue_id, "offset": offset, "limit": limit}
+        return [rows.stored_message(r) for r in _messages_from.all(self.conn, params)]
 
     # -- deliveries -----------------------------------------------------------------------------
 
@@ -512,11 +517,11 @@ class ConsumerStore:
         self, group: str, client_id: str | None, now: int, limit: int
     ) -> list[Delivery]:
         """Open deliveries whose invisibility ran out (or whose orderly retry is due), locked."""
-        query = _due if client_id is None else _due_of_client
-        if self._postgres:
-            query = query.with_for_update(skip_locked=True)
-        params = {"group": group, "client": client_id, "now": now, "limit": limit}
-        return [_delivery_record(r._mapping) for r in self.conn.execute(query, params)]
+        query = _due_queries[(client_id is not None, self._postgres)]
+        params = {"group": group, "now": now, "limit": limit}
+        if client_id is not None:
+            params["client"] = client_id
+        return [_delivery_record(r) for r in query.all(self.conn, params)]
 
     def next_due_at(self, group: str) -> int | None:
         value = self.conn.execute(_next_due, {"group": group}).scalar()
@@ -670,7 +675,8 @@ class ConcurrentUnits:
     database -- so receives, acks and nacks of one broker may run in parallel the same way.  A
     receive or change-invisible commits with ``synchronous_commit = off``: losing its lease in a
     database crash only hands the message out again (at least once).  Acks and nacks commit as the
-    ``flush`` setting says, like every other write.
+    ``flush`` setting says, like every other write.  The units run on their own pool
+    (``engine.make_claims_engine``), whose sessions start with ``synchronous_commit = off``.
     """
 
     def __init__(self, engine: Engine, *, durable: bool, ready: Callable[[], bool]) -> None:
@@ -691,8 +697,8 @@ class ConcurrentUnits:
         for _ in range(_RETRIES):
             try:
                 with self.engine.begin() as conn:
-                    if relaxed:
-                        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                    if not relaxed:  # the engine's sessions commit without waiting for the WAL
+                        conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
                     tx = SqlTx(conn)
                     result = unit(tx)
                     tx.flush()

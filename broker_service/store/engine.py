@@ -36,6 +36,25 @@ def make_engine(url: str, *, flush: Flush, writer: bool, pool_size: int = 5) -> 
     return _postgres_engine(url, flush=flush, writer=writer, pool_size=pool_size)
 
 
+def make_claims_engine(url: str, *, pool_size: int = 5) -> Engine:
+    """PostgreSQL: the pool consumer units run on side by side (receive, ack, nack).
+
+    Its sessions commit with ``synchronous_commit = off``, what a receive's lease needs (losing one
+    in a database crash only hands the message out again); a unit that must be durable (an ack
+    under ``flush: sync``) turns it on for its own transaction.  No pre-ping: the units retry on a
+    fresh connection when one is found dead, which saves a round trip per unit.
+    """
+    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cursor:
+            cursor.execute("SET synchronous_commit = off")
+        dbapi_conn.commit()
+
+    return engine
+
+
 def _sqlite_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> Engine:
     engine = create_engine(
         url,
@@ -76,7 +95,9 @@ def _postgres_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) ->
         url,
         pool_size=1 if writer else pool_size,
         max_overflow=0 if writer else pool_size,
-        pool_pre_ping=True,
+        # The writer runs again, on a fresh connection, the units of a batch that failed (see
+        # store/writer.py): a ping before each batch would cost a round trip for nothing.
+        pool_pre_ping=not writer,
     )
     if writer and flush is Flush.ASYNC:
 

@@ -65,6 +65,14 @@ class Prepared:
         finally:
             cursor.close()
 
+    def all(self, conn: Connection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        cursor = self._run(conn, params)
+        try:
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
     def rowcount(self, conn: Connection, params: Mapping[str, Any]) -> int:
         cursor = self._run(conn, params)
         try:

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from broker_service.domain.errors import BrokerError, NotReady
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
-from broker_service.store.engine import is_sqlite, make_engine, sqlite_path
+from broker_service.store.engine import is_sqlite, make_claims_engine, make_engine, sqlite_path
 from broker_service.store.sqltx import SqlTx
 from broker_service.store.writer import GroupCommitWriter
 
@@ -45,8 +45,16 @@ class SqlStore:
             batch_max=settings.write_batch_max,
             queue_max=settings.write_queue_max,
         )
+        self.pool_size = settings.pool_size
+        self._claims: Engine | None = None
         self.schema_current = False
         self.schema_reason = "starting"
+
+    def claims_engine(self) -> Engine:
+        """PostgreSQL: the pool consumer units run on beside the writer (made on first use)."""
+        if self._claims is None:
+            self._claims = make_claims_engine(self.url, pool_size=self.pool_size)
+        return self._claims
 
     @property
     def dialect(self) -> str:
@@ -67,6 +75,8 @@ class SqlStore:
         self.writer.stop()
         self.writer_engine.dispose()
         self.readers.dispose()
+        if self._claims is not None:
+            self._claims.dispose()
 
     def check_schema(self) -> Readiness:
         try:

@@ -95,6 +95,8 @@ class SqlTx(CheckStore, ConsumerStore):
 
     def _assign_offsets(self, pending: list[PendingMessage]) -> None:
         wanted = sorted({(m.topic, m.queue_id) for m in pending})
+        if len(wanted) == 1 and self._take_offsets(wanted[0], pending):
+            return
         next_offsets = self._lock_queues(wanted)
         missing = [key for key in wanted if key not in next_offsets]
         if missing:
@@ -109,6 +111,18 @@ class SqlTx(CheckStore, ConsumerStore):
             sql.set_next_offset,
             [{"t": t, "q": q, "n": n} for (t, q), n in next_offsets.items() if n != start[(t, q)]],
         )
+
+    def _take_offsets(self, key: tuple[str, int], pending: list[PendingMessage]) -> bool:
+        """Everything goes to one queue: lock it and take its offsets in one statement.  False if
+        the queue has no row yet (the general path makes it)."""
+        row = sql.take_offsets.first(self.conn, {"t": key[0], "q": key[1], "n": len(pending)})
+        if row is None:
+            return False
+        offset = int(row["next_offset"]) - len(pending)
+        for message in pending:
+            message.queue_offset = offset
+            offset += 1
+        return True
 
     def _lock_queues(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         query = sql.queues_by_keys_for_update if self._postgres else sql.queues_by_keys

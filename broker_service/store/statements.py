@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, func, select, text, tuple_, update
+from sqlalchemy import BigInteger, and_, bindparam, func, select, text, tuple_, update
 
 from broker_service.domain.names import HALF_TOPIC
 from broker_service.store.bulk import BulkInsert
@@ -34,6 +34,14 @@ set_next_offset = (
     update(queues)
     .where(and_(queues.c.topic == bindparam("t"), queues.c.queue_id == bindparam("q")))
     .values(next_offset=bindparam("n"))
+)
+# One queue (a single send, a half, a commit): take ``n`` offsets in one statement; the row lock
+# the UPDATE takes is the queue's lock until commit, as with queues_by_keys_for_update.
+take_offsets = Prepared(
+    update(queues)
+    .where(and_(queues.c.topic == bindparam("t"), queues.c.queue_id == bindparam("q")))
+    .values(next_offset=queues.c.next_offset + bindparam("n", type_=BigInteger))
+    .returning(queues.c.next_offset)
 )
 
 insert_messages = BulkInsert(messages, MESSAGE_COLUMNS)

@@ -98,8 +98,15 @@ async def _produce(url: str, sent: list[str], stop: asyncio.Event, worker: int) 
 
 
 async def _consume(
-    url: str, delivered: Counter[str], acked: set[str], stop: asyncio.Event, name: str
+    url: str,
+    delivered: Counter[str],
+    acked: set[str],
+    stop: asyncio.Event,
+    name: str,
+    in_doubt: set[str] | None = None,
 ) -> None:
+    """Receive and ack.  ``in_doubt``: messages whose ack was sent and never answered (the broker
+    died meanwhile) -- the store may have committed that ack, so they need not come again."""
     async with httpx.AsyncClient(base_url=url, timeout=5) as client:
         while not stop.is_set():
             try:
@@ -114,10 +121,14 @@ async def _consume(
                 delivered.update(m["msg_id"] for m in messages)
                 if not messages:
                     continue
+                if in_doubt is not None:
+                    in_doubt.update(m["msg_id"] for m in messages)
                 answer = await client.post(
                     "/v1/consumer-groups/lg/ack",
                     json={"receipt_handles": [m["receipt_handle"] for m in messages]},
                 )
+                if in_doubt is not None:
+                    in_doubt.difference_update(m["msg_id"] for m in messages)
             except httpx.HTTPError:
                 return
             if answer.status_code == 200:
@@ -133,9 +144,13 @@ async def test_broker_killed_mid_load_redelivers_only_what_was_not_acked(
     sent: list[str] = []
     delivered: Counter[str] = Counter()
     acked: set[str] = set()
+    in_doubt: set[str] = set()
     stop = asyncio.Event()
     tasks = [asyncio.create_task(_produce(url, sent, stop, n)) for n in range(4)]
-    tasks += [asyncio.create_task(_consume(url, delivered, acked, stop, f"c{n}")) for n in range(4)]
+    tasks += [
+        asyncio.create_task(_consume(url, delivered, acked, stop, f"c{n}", in_doubt))
+        for n in range(4)
+    ]
     for _ in range(100):  # bounded: until enough went through
         await asyncio.sleep(0.05)
         if len(acked) >= 300 and len(sent) >= 600:
@@ -151,9 +166,12 @@ async def test_broker_killed_mid_load_redelivers_only_what_was_not_acked(
     after = await _drain(broker_process.url, "lg", "after", quiet=3)
     again = Counter(m["msg_id"] for m in after)
     assert not (set(again) & acked), "a message acked with a 2xx came again"
-    unacked = set(sent) - acked
+    # An ack whose answer the kill cut off may or may not have committed: at least once allows
+    # either.  Every other message without a 2xx ack must come again.
+    unacked = set(sent) - acked - in_doubt
     missing = unacked - set(again)
     assert not missing, f"{len(missing)} unacked messages never came again"
+    assert len(in_doubt) <= 4 * 16, "at most one ack per consumer was cut off"
 
 
 async def test_two_brokers_on_postgresql_never_hand_a_message_to_two_members(

@@ -17,7 +17,6 @@ from broker_service.api.routes.consumer_schemas import (
     ChangeInvisibleOut,
     DeadListOut,
     DeadOut,
-    DeliveredOut,
     GroupIn,
     GroupOut,
     GroupViewOut,
@@ -89,13 +88,14 @@ def _subscription_out(s: Subscription) -> SubscriptionOut:
     )
 
 
-def _delivered_out(d: Delivered) -> DeliveredOut:
+def _delivered_dict(d: Delivered) -> dict[str, object]:
+    """``DeliveredOut`` as a plain dict (receive is a hot route: see ``convert.json_response``)."""
     fields = convert.message_fields(d.message)
     fields["topic"] = d.topic
     fields["reconsume_times"] = d.reconsume_times
     fields["receipt_handle"] = d.receipt_handle
     fields["invisible_until"] = rfc3339(d.invisible_until)
-    return DeliveredOut.model_validate(fields)
+    return fields
 
 
 def _dead_out(dead: DeadMessage) -> DeadOut:
@@ -148,7 +148,7 @@ async def subscribe(
 @router.post("/{group}/receive", response_model=ReceiveOut)
 async def receive(
     group: GroupName, body: ReceiveIn, consumers: ConsumersDep, metrics: MetricsDep
-) -> ReceiveOut:
+) -> Response:
     """Messages for this member, each with a receipt handle, invisible to the rest of the group
     for ``invisible_seconds``.  With ``wait_seconds`` the answer comes as soon as one is
     deliverable (long poll), or empty when the wait is over."""
@@ -162,18 +162,18 @@ async def receive(
     )
     metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
     metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
-    return ReceiveOut(messages=[_delivered_out(d) for d in delivered])
+    return convert.json_response({"messages": [_delivered_dict(d) for d in delivered]})
 
 
 @router.post("/{group}/ack", response_model=AckOut)
 async def ack(
     group: GroupName, body: AckIn, consumers: ConsumersDep, metrics: MetricsDep
-) -> AckOut:
+) -> Response:
     """Consumed.  A stale handle (its invisibility ran out) acks nothing; the message comes again."""
     result = await consumers.ack(group, body.receipt_handles)
     metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
     metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
-    return AckOut(acked=result.acked, stale=result.stale)
+    return convert.json_response({"acked": result.acked, "stale": result.stale})
 
 
 @router.post("/{group}/nack", response_model=NackOut)
@@ -321,7 +321,7 @@ def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, brok
     runner = None
     if not settings.is_sqlite:  # SQLite has one writer; PostgreSQL claims side by side
         runner = ConcurrentUnits(
-            store.readers,
+            store.claims_engine(),
             durable=settings.flush is Flush.SYNC,
             ready=lambda: bool(store.schema_current),
         )
