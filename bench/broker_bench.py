@@ -9,7 +9,9 @@ and loads it over loopback from this process with many keep-alive connections:
 * sends        POST /v1/topics/bench/messages, one small message each;
 * transactions POST /v1/transactions then POST .../commit (one transaction = two requests);
 * batch sends  POST /v1/topics/bench/messages:batch with 100 messages;
-* raw commits  the store's single-row INSERT + COMMIT rate, in a loop, without the broker.
+* raw commits  the store's single-row INSERT + COMMIT rate, in a loop, without the broker;
+* raw inserts  the ``messages`` table's batched insert rate (1,000 rows per commit, the broker's
+               schema and driver ``executemany``): the ceiling batch sends can approach.
 
 It prints rates, p50/p99 latency, each rate as a ratio to echo, and the broker's peak RSS.
 """
@@ -117,6 +119,35 @@ def raw_commit_rate(url: str, seconds: float) -> float:
     return count / seconds
 
 
+def raw_batch_insert_rate(url: str, seconds: float, per_commit: int = 1000) -> float:
+    """The ``messages`` table's own ceiling for batch sends: rows shaped like the bench's batch
+    messages, inserted with the broker's driver ``executemany`` into the broker's schema (all its
+    indexes), ``per_commit`` rows per commit, same durability settings.  No HTTP, no domain."""
+    from broker_service.domain.ids import new_id
+    from broker_service.settings import Flush
+    from broker_service.store import statements as sql
+    from broker_service.store.engine import make_engine
+    from broker_service.store.rows import MESSAGE_COLUMNS
+
+    engine = make_engine(url, flush=Flush.SYNC, writer=True)
+    now = int(time.time() * 1000)
+    base = {column: None for column in MESSAGE_COLUMNS}
+    base.update(topic="bench_raw", body=b"hello world", encoding="utf-8", reconsume_times=0)
+    count = 0
+    stop_at = time.perf_counter() + seconds
+    while time.perf_counter() < stop_at:
+        rows = []
+        for n in range(count, count + per_commit):
+            values = dict(base, queue_id=n % 8, queue_offset=n // 8, msg_id=new_id())
+            values.update(born_at=now, stored_at=now)
+            rows.append(tuple(values[c] for c in MESSAGE_COLUMNS))
+        with engine.begin() as conn:
+            sql.insert_messages.execute(conn, rows)
+        count += per_commit
+    engine.dispose()
+    return count / seconds
+
+
 async def load(port: int, seconds: float, connections: int) -> dict[str, Result]:
     async def echo(conn: Connection, i: int) -> int:
         status, _ = await conn.request("POST", "/v1/echo", {"body": "hello", "n": i})
@@ -193,6 +224,7 @@ def bench_store(store: str, seconds: float, connections: int) -> None:
         process.terminate()
         process.wait(timeout=30)
     raw = raw_commit_rate(url, min(seconds, 3.0))
+    raw_batch = raw_batch_insert_rate(url, min(seconds, 3.0))
     echo = results["echo"].rate
     print(f"\n== {store} ({connections} connections, {seconds:.0f} s per phase, flush=sync)")
     print(f"{'what':<14}{'per second':>12}{'x echo':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
@@ -202,6 +234,10 @@ def bench_store(store: str, seconds: float, connections: int) -> None:
             f"{result.percentile(0.5):>9.1f}{result.percentile(0.99):>9.1f}{result.errors:>8}"
         )
     print(f"{'raw commits':<14}{raw:>12,.0f}{raw / echo:>9.2f}   (single-row INSERT+COMMIT)")
+    print(
+        f"{'raw inserts':<14}{raw_batch:>12,.0f}{raw_batch / echo:>9.2f}"
+        "   (messages rows, 1,000 per commit, no HTTP: the batch sends' store ceiling)"
+    )
     print(f"broker peak RSS: {sampler.peak_kb / 1024:.0f} MB")
     if schema is not None:
         with admin.connect() as conn:
