@@ -1,8 +1,13 @@
-"""INSERT of many rows handed straight to the driver's ``executemany``.
+"""INSERT of many rows, in as few driver calls as the database allows.
 
-The hot path of the store -- the messages of a group commit -- skips SQLAlchemy's per-row parameter
-processing (a third of the writer's time in a batch send): the statement text is made once per
-dialect, and rows are plain tuples of driver values (ints, strs, bytes, None).
+The hot path of the store -- the messages of a group commit, the deliveries of a receive -- skips
+SQLAlchemy's per-row parameter processing: the statement text is made once per dialect, and rows are
+plain tuples of driver values (ints, strs, bytes, None).
+
+* SQLite: the driver's ``executemany`` (one prepared statement stepped per row, in C).
+* PostgreSQL: one statement for the whole set, ``INSERT ... SELECT * FROM unnest(%s::type[], ...)``
+  with one array per column.  psycopg's ``executemany`` builds and sends every row as its own
+  query (pipelined), and that per-row Python work cost more than the database's insert.
 """
 
 from __future__ import annotations
@@ -26,13 +31,26 @@ class BulkInsert:
         text = self._text.get(dialect.name)
         if text is None:
             quote = dialect.identifier_preparer.quote
-            placeholder = _PLACEHOLDERS[dialect.paramstyle]
-            marks = ", ".join(placeholder.format(n=n + 1) for n in range(len(self.columns)))
             names = ", ".join(quote(c) for c in self.columns)
-            text = f"INSERT INTO {quote(self.table.name)} ({names}) VALUES ({marks})"
+            if dialect.name == "postgresql":
+                arrays = ", ".join(
+                    f"%s::{self.table.c[c].type.compile(dialect=dialect)}[]" for c in self.columns
+                )
+                source = f"SELECT * FROM unnest({arrays})"
+            else:
+                placeholder = _PLACEHOLDERS[dialect.paramstyle]
+                marks = ", ".join(placeholder.format(n=n + 1) for n in range(len(self.columns)))
+                source = f"VALUES ({marks})"
+            text = f"INSERT INTO {quote(self.table.name)} ({names}) {source}"
             self._text[dialect.name] = text
         return text
 
     def execute(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        if rows:
-            conn.exec_driver_sql(self._statement(conn), list(rows))
+        if not rows:
+            return
+        statement = self._statement(conn)
+        if conn.dialect.name == "postgresql":
+            columns = [list(values) for values in zip(*rows, strict=True)]
+            conn.exec_driver_sql(statement, tuple(columns))
+        else:
+            conn.exec_driver_sql(statement, list(rows))

@@ -100,6 +100,18 @@ _save_progress = (
     )
 )
 
+# PostgreSQL: the progress of every queue a receive moved, in one statement (see store/bulk.py).
+_save_progress_pg = text(
+    "UPDATE consumer_offsets SET committed_offset = v.committed, pulled_offset = v.pulled,"
+    " updated_at = :at"
+    " FROM unnest(CAST(:groups AS VARCHAR[]), CAST(:topics AS VARCHAR[]),"
+    " CAST(:queue_ids AS INTEGER[]), CAST(:clients AS VARCHAR[]), CAST(:committed AS BIGINT[]),"
+    " CAST(:pulled AS BIGINT[])) AS v(consumer_group, topic, queue_id, client_id, committed, pulled)"
+    " WHERE consumer_offsets.consumer_group = v.consumer_group"
+    " AND consumer_offsets.topic = v.topic AND consumer_offsets.queue_id = v.queue_id"
+    " AND consumer_offsets.client_id = v.client_id"
+)
+
 # Literal, as in the partial indexes' predicate: only then do the planners use those indexes.
 _open = text("deliveries.state IN ('INFLIGHT', 'RETRYING')")
 assert OPEN_STATES == ("INFLIGHT", "RETRYING")
@@ -413,6 +425,18 @@ class ConsumerStore:
     def save_progress(self, progress: QueueProgress | Sequence[QueueProgress], at: int) -> None:
         many = [progress] if isinstance(progress, QueueProgress) else list(progress)
         if not many:
+            return
+        if self._postgres:
+            params: dict[str, Any] = {
+                "groups": [p.consumer_group for p in many],
+                "topics": [p.topic for p in many],
+                "queue_ids": [p.queue_id for p in many],
+                "clients": [p.client_id for p in many],
+                "committed": [p.committed_offset for p in many],
+                "pulled": [p.pulled_offset for p in many],
+                "at": at,
+            }
+            self.conn.execute(_save_progress_pg, params)
             return
         self.conn.execute(
             _save_progress,

@@ -107,10 +107,13 @@ class SqlTx(CheckStore, ConsumerStore):
             key = (message.topic, message.queue_id)
             message.queue_offset = next_offsets[key]
             next_offsets[key] += 1
-        self.conn.execute(
-            sql.set_next_offset,
-            [{"t": t, "q": q, "n": n} for (t, q), n in next_offsets.items() if n != start[(t, q)]],
-        )
+        moved = [(t, q, n) for (t, q), n in next_offsets.items() if n != start[(t, q)]]
+        if self._postgres:
+            topics, queue_ids, offsets = (list(column) for column in zip(*moved, strict=True))
+            params = {"topics": topics, "queue_ids": queue_ids, "offsets": offsets}
+            self.conn.execute(sql.set_next_offsets_pg, params)
+        else:
+            self.conn.execute(sql.set_next_offset, [{"t": t, "q": q, "n": n} for t, q, n in moved])
 
     def _take_offsets(self, key: tuple[str, int], pending: list[PendingMessage]) -> bool:
         """Everything goes to one queue: lock it and take its offsets in one statement.  False if

@@ -35,6 +35,15 @@ set_next_offset = (
     .where(and_(queues.c.topic == bindparam("t"), queues.c.queue_id == bindparam("q")))
     .values(next_offset=bindparam("n"))
 )
+# PostgreSQL: every queue's new next offset in one statement (psycopg's executemany would send
+# one UPDATE per queue); the rows are already locked by queues_by_keys_for_update.
+set_next_offsets_pg = text(
+    "UPDATE queues SET next_offset = v.next_offset"
+    " FROM unnest(CAST(:topics AS VARCHAR[]), CAST(:queue_ids AS INTEGER[]),"
+    " CAST(:offsets AS BIGINT[])) AS v(topic, queue_id, next_offset)"
+    " WHERE queues.topic = v.topic AND queues.queue_id = v.queue_id"
+)
+
 # One queue (a single send, a half, a commit): take ``n`` offsets in one statement; the row lock
 # the UPDATE takes is the queue's lock until commit, as with queues_by_keys_for_update.
 take_offsets = Prepared(
