@@ -53,8 +53,9 @@ def _parse_time(value: Any) -> Any:
             return _parse_rfc3339(text)
         value = int(text)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError("a time must be a finite number of epoch milliseconds")
+        # Epoch milliseconds are whole (the schema says integer): 1.5 is not a time.
+        if not (math.isfinite(value) and value.is_integer()):
+            raise ValueError("epoch milliseconds must be a finite whole number")
         value = int(value)
     if isinstance(value, int) and not MIN_TIME_MS <= value <= MAX_TIME_MS:
         raise ValueError(f"{value} epoch milliseconds is outside the years 0001-9999")

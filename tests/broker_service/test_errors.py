@@ -137,6 +137,7 @@ async def test_a_name_with_a_trailing_newline_is_400(broker: InProcessBroker) ->
         pytest.param({"body": "x", "properties": {"a": 1}}, "properties", id="property-not-text"),
         pytest.param({"body": "x", "deliver_at": "tomorrow"}, "deliver_at", id="deliver-at-text"),
         pytest.param({"body": "x", "deliver_at": 10**30}, "deliver_at", id="deliver-at-huge"),
+        pytest.param({"body": "x", "deliver_at": 1.5e12 + 0.5}, "deliver_at", id="deliver-at-1.5"),
         pytest.param({"body": "x", "msg_id": "has space"}, "msg_id", id="msg-id-space"),
         pytest.param({"body": "x", "sharding_key": "a\x00b"}, "sharding_key", id="nul-in-text"),
         pytest.param({"body": "x", "tags": "\ud800"}, "tags", id="lone-surrogate"),
@@ -174,6 +175,7 @@ async def test_non_finite_numbers_are_422(broker: InProcessBroker, raw: str, whe
     [
         pytest.param("/v1/messages", {"limit": 0}, id="limit-zero"),
         pytest.param("/v1/messages", {"begin": "yesterday"}, id="begin-not-a-time"),
+        pytest.param("/v1/messages", {"begin": "1.5"}, id="begin-not-whole"),
         pytest.param("/v1/transactions", {"state": "MAYBE"}, id="state-unknown"),
         pytest.param("/v1/transactions", {"older_than_seconds": -1}, id="age-negative"),
     ],

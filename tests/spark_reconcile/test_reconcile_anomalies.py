@@ -187,6 +187,42 @@ def test_duplicate_reals_is_critical(frame: Any) -> None:
     assert rows[0]["reason"].startswith("2 real messages")
 
 
+def test_store_kinds_in_one_pass_are_the_single_checks(frame: Any) -> None:
+    s = Store()
+    s.tx("stuck", "PREPARED", checks=3)
+    s.tx("parked", "DISCARDED", checks=15)
+    s.tx("lost", "COMMITTED")
+    s.op("lost", "COMMIT")
+    s.tx("orphan", "PREPARED")
+    s.real("orphan")
+    s.tx("bad", "ROLLED_BACK")  # rolled back and delivered twice: found by two kinds
+    s.op("bad", "ROLLBACK")
+    s.real("bad")
+    s.real("bad", at=T + 5000)
+    s.committed("ok")
+    view = s.view(frame)
+    singles = [
+        A.stuck_halves(view, as_of=AS_OF, older_than=HOUR_MS),
+        A.discarded_halves(view),
+        A.commit_without_real(view),
+        A.real_without_commit(view),
+        A.rollback_with_real(view),
+        A.duplicate_reals(view),
+    ]
+    expected = sorted(tuple(r) for df in singles for r in df.collect())
+    one_pass = A.store_anomalies(view, as_of=AS_OF, stuck_after=HOUR_MS)
+    assert one_pass.columns == list(A.ANOMALY_COLUMNS)
+    assert sorted(tuple(r) for r in one_pass.collect()) == expected
+    assert {(k, t) for k, _, t, *_ in expected} == {
+        (A.STUCK, "stuck"),
+        (A.DISCARDED, "parked"),
+        (A.COMMIT_WITHOUT_REAL, "lost"),
+        (A.REAL_WITHOUT_COMMIT, "orphan"),
+        (A.ROLLBACK_WITH_REAL, "bad"),
+        (A.DUPLICATE_REAL, "bad"),
+    }
+
+
 def test_delayed_real_message_counts_once_parked_or_released(frame: Any) -> None:
     s = Store()
     s.tx("parked", "COMMITTED")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from broker_service.api.schemas import (
     DEFAULT_LEVEL_COUNT,
@@ -19,15 +18,7 @@ from broker_service.api.schemas import (
     TimeIn,
 )
 
-
-def _whole(value: Any) -> Any:
-    """Epoch milliseconds are an integer (the schema says so): 1.5 is not a time."""
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise ValueError("epoch milliseconds must be a whole number")
-    return value
-
-
-Time = Annotated[TimeIn, BeforeValidator(_whole)]
+Time = TimeIn
 ClientId = Annotated[Text, Field(min_length=1, max_length=255)]
 Handle = Annotated[Text, Field(min_length=1, max_length=128)]
 
