@@ -45,14 +45,18 @@ def make_claims_engine(url: str, *, pool_size: int = 5) -> Engine:
     fresh connection when one is found dead, which saves a round trip per unit.
     """
     engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    _commit_asynchronously(engine)
+    return engine
+
+
+def _commit_asynchronously(engine: Engine) -> None:
+    """PostgreSQL: every session of the engine starts with ``synchronous_commit = off``."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         with dbapi_conn.cursor() as cursor:
             cursor.execute("SET synchronous_commit = off")
         dbapi_conn.commit()
-
-    return engine
 
 
 def _sqlite_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> Engine:
@@ -104,11 +108,5 @@ def _postgres_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) ->
         pool_pre_ping=not writer,
     )
     if writer and flush is Flush.ASYNC:
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            with dbapi_conn.cursor() as cursor:
-                cursor.execute("SET synchronous_commit = off")
-            dbapi_conn.commit()
-
+        _commit_asynchronously(engine)
     return engine
