@@ -10,6 +10,8 @@ ones, and prints the times and the 10M/1M ratio.
 
     .venv/bin/python bench/reconcile/run.py                      # 1M and 10M, both sources
     .venv/bin/python bench/reconcile/run.py --sizes 100000 --sources parquet
+    .venv/bin/python bench/reconcile/run.py --sizes 1000000 --sources parquet --reuse \
+        --work /tmp/rb --event-log /tmp/rb/events       # then: bench/reconcile/stages.py DIR
 """
 
 from __future__ import annotations
@@ -143,13 +145,37 @@ def to_postgres(
     return time.perf_counter() - started
 
 
-def reconcile(spec: generate.Synthetic, source: list[str], out: Path, memory: str) -> float:
+def _event_log_env(event_log: Path | None) -> dict[str, str]:
+    """The environment of the job's process: with ``event_log``, Spark writes its event log
+    there (uncompressed, one file), for ``stages.py`` to sum the executor time per stage."""
+    env = dict(os.environ)
+    if event_log is not None:
+        event_log.mkdir(parents=True, exist_ok=True)
+        confs = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": event_log.resolve().as_uri(),
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+        args = " ".join(f"--conf {k}={v}" for k, v in confs.items())
+        env["PYSPARK_SUBMIT_ARGS"] = f"{args} pyspark-shell"
+    return env
+
+
+def reconcile(
+    spec: generate.Synthetic,
+    source: list[str],
+    out: Path,
+    memory: str,
+    event_log: Path | None = None,
+) -> float:
     shutil.rmtree(out, ignore_errors=True)
     args = [sys.executable, "-m", "spark_reconcile", "--date", spec.day.isoformat()]
     args += [*source, "--out", str(out), "--as-of", str(spec.as_of), "--master", "local[2]"]
     args += ["--driver-memory", memory, "--jdbc-partitions", "8"]
     started = time.perf_counter()
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False)
+    env = _event_log_env(event_log)
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     log(f"  machine load average after the run: {os.getloadavg()[0]:.1f} (2 CPUs)")
     if done.returncode != 2:
@@ -176,6 +202,11 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="keep an existing Parquet export / loaded schema"
     )
+    parser.add_argument(
+        "--event-log",
+        type=Path,
+        help="write the job's Spark event logs here (read them with bench/reconcile/stages.py)",
+    )
     opts = parser.parse_args()
     opts.work.mkdir(parents=True, exist_ok=True)
     spark = session(opts.memory)
@@ -195,7 +226,9 @@ def main() -> None:
                 log(f"  loaded in {to_postgres(spark, spec, name, opts.work, opts.reuse):.1f} s")
                 args = ["--database-url", f"{PG}?options=-csearch_path%3D{name}"]
             log(f"N={n:,}: reconciling from {source}")
-            times[source, n] = reconcile(spec, args, opts.work / f"out-{source}-{n}", opts.memory)
+            out = opts.work / f"out-{source}-{n}"
+            log_dir = opts.event_log / f"{source}-{n}" if opts.event_log else None
+            times[source, n] = reconcile(spec, args, out, opts.memory, log_dir)
             log(f"  {source} N={n:,}: {times[source, n]:.1f} s (anomalies as planted)")
     spark.stop()
     print("\nsource    transactions   seconds")

@@ -1,0 +1,133 @@
+"""Executor time per stage of one Spark application, from its event log (the figures the Spark
+UI's stage page shows, summed over tasks), so runs can be compared on a shared, noisy machine by
+the work they did rather than by wall time.
+
+    .venv/bin/python bench/reconcile/stages.py /tmp/ev/local-1700000000000   # one event log
+    .venv/bin/python bench/reconcile/stages.py /tmp/ev                       # the newest in a dir
+
+``run.py --event-log DIR`` writes the job's event logs into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass
+class Stage:
+    stage_id: int
+    name: str = ""
+    tasks: int = 0
+    run_ms: int = 0  # executor run time, summed over tasks
+    cpu_ms: float = 0.0  # executor CPU time, summed over tasks
+    gc_ms: int = 0
+    input_rows: int = 0
+    input_bytes: int = 0
+    shuffle_read_rows: int = 0
+    shuffle_write_rows: int = 0
+    shuffle_write_bytes: int = 0
+    spill_bytes: int = 0
+
+
+def _lines(path: Path) -> Iterator[str]:
+    if path.suffix == ".zstd":  # Spark 4 compresses event logs with zstd by default
+        done = subprocess.run(["zstd", "-dc", str(path)], capture_output=True, check=True)
+        yield from done.stdout.decode().splitlines()
+        return
+    with path.open() as f:
+        yield from f
+
+
+def events(log: Path) -> Iterator[dict[str, Any]]:
+    """The events of one application's log: a file, or a rolling ``eventlog_v2_*`` directory."""
+    if log.is_file():
+        parts = [log]
+    else:
+        parts = sorted(log.glob("events_*"), key=lambda p: int(p.name.split("_")[1]))
+    for part in parts:
+        for line in _lines(part):
+            if line.strip():
+                yield json.loads(line)
+
+
+def stages(path: Path) -> list[Stage]:
+    found: dict[int, Stage] = {}
+    for event in events(path):
+        kind = event["Event"]
+        if kind == "SparkListenerStageCompleted":
+            info = event["Stage Info"]
+            stage = found.setdefault(info["Stage ID"], Stage(info["Stage ID"]))
+            stage.name = info["Stage Name"]
+        elif kind == "SparkListenerTaskEnd":
+            metrics = event.get("Task Metrics") or {}
+            stage = found.setdefault(event["Stage ID"], Stage(event["Stage ID"]))
+            stage.tasks += 1
+            stage.run_ms += metrics.get("Executor Run Time", 0)
+            stage.cpu_ms += metrics.get("Executor CPU Time", 0) / 1e6
+            stage.gc_ms += metrics.get("JVM GC Time", 0)
+            stage.spill_bytes += metrics.get("Disk Bytes Spilled", 0)
+            read = metrics.get("Input Metrics", {})
+            stage.input_rows += read.get("Records Read", 0)
+            stage.input_bytes += read.get("Bytes Read", 0)
+            shuffled = metrics.get("Shuffle Read Metrics", {})
+            stage.shuffle_read_rows += shuffled.get("Total Records Read", 0)
+            written = metrics.get("Shuffle Write Metrics", {})
+            stage.shuffle_write_rows += written.get("Shuffle Records Written", 0)
+            stage.shuffle_write_bytes += written.get("Shuffle Bytes Written", 0)
+    return sorted(found.values(), key=lambda s: s.stage_id)
+
+
+def _finished(log: Path) -> bool:
+    if log.is_dir():
+        return not any(p.name.endswith(".inprogress") for p in log.glob("appstatus_*"))
+    return not log.name.endswith(".inprogress")
+
+
+def newest(path: Path) -> Path:
+    """``path`` itself when it is one application's log, else the newest finished log in it."""
+    if path.is_file() or path.name.startswith("eventlog_v2_"):
+        return path
+    logs = [p for p in path.iterdir() if not p.name.startswith(".") and _finished(p)]
+    if not logs:
+        raise SystemExit(f"no finished event log in {path}")
+    return max(logs, key=lambda p: p.stat().st_mtime)
+
+
+def table(found: list[Stage]) -> str:
+    lines = [
+        f"{'stage':>5} {'tasks':>5} {'run s':>8} {'cpu s':>8} {'gc s':>6} {'in rows':>11} "
+        f"{'shuf rd rows':>12} {'shuf wr rows':>12} {'shuf wr MB':>10} {'spill MB':>8}  name"
+    ]
+    for s in found:
+        lines.append(
+            f"{s.stage_id:>5} {s.tasks:>5} {s.run_ms / 1000:>8.1f} {s.cpu_ms / 1000:>8.1f} "
+            f"{s.gc_ms / 1000:>6.1f} {s.input_rows:>11,} {s.shuffle_read_rows:>12,} "
+            f"{s.shuffle_write_rows:>12,} {s.shuffle_write_bytes / 1e6:>10.1f} "
+            f"{s.spill_bytes / 1e6:>8.1f}  {s.name[:60]}"
+        )
+    run = sum(s.run_ms for s in found) / 1000
+    cpu = sum(s.cpu_ms for s in found) / 1000
+    shuffled = sum(s.shuffle_write_bytes for s in found) / 1e6
+    lines.append(
+        f"total: {len(found)} stages, {sum(s.tasks for s in found)} tasks, executor run time "
+        f"{run:.1f} s, executor CPU time {cpu:.1f} s, shuffle written {shuffled:.1f} MB"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("log", type=Path, help="an event log, or a directory of them (newest)")
+    path = newest(parser.parse_args().log)
+    print(path)
+    print(table(stages(path)))
+
+
+if __name__ == "__main__":
+    main()
