@@ -13,13 +13,16 @@ Inputs are the frames ``extract`` prepares (columns as in the broker's store, ti
 * ``ledger``        bank, business_id, account_id, amount (>= 0), direction (DEBIT|CREDIT), created_at
 
 ``transaction_view`` folds the messages of each transaction of the day into one row; the store's
-checks read that row, the ack checks pair it with subscriptions, the ledger checks read
-``ledger_view``.  Every check returns rows of ``ANOMALY_COLUMNS``.
+checks read that row (``store_anomalies`` applies them all in one pass), the ack checks pair it
+with subscriptions, the ledger checks read ``ledger_view``.  Every check returns rows of
+``ANOMALY_COLUMNS``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -92,10 +95,30 @@ def anomaly(
 ) -> DataFrame:
     """Shape ``df`` (which has transaction_id, msg_id, keys, created_at, and business_id for the
     ledger kinds) as rows of ``ANOMALY_COLUMNS`` of ``kind``."""
+    return shaped(
+        df,
+        kind=F.lit(kind),
+        severity=F.lit(SEVERITY[kind]),
+        reason=reason,
+        event_at=event_at,
+        consumer_group=consumer_group,
+    )
+
+
+def shaped(
+    df: DataFrame,
+    *,
+    kind: Column,
+    severity: Column,
+    reason: Column,
+    event_at: Column,
+    consumer_group: Column | None = None,
+) -> DataFrame:
+    """``anomaly`` with the kind and severity given as columns."""
     business = F.col("business_id") if "business_id" in df.columns else F.lit(None)
     return df.select(
-        F.lit(kind).alias("kind"),
-        F.lit(SEVERITY[kind]).alias("severity"),
+        kind.cast("string").alias("kind"),
+        severity.cast("string").alias("severity"),
         F.col("transaction_id").cast("string"),
         F.col("msg_id").cast("string"),
         F.col("keys").cast("string"),
@@ -210,16 +233,29 @@ def transaction_view(
 
 
 # --- the store: halves, ops and real messages -------------------------------------------------
+#
+# Each store kind is a ``StoreCheck`` over the view's row: when it is found, the reason and the
+# time of the event.  ``stuck_halves`` & co. apply one check (the unit of the tests);
+# ``store_anomalies`` applies them all in one pass over the view, each row exploded into the
+# kinds it was found by -- the same rows as the union of the single checks.
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreCheck:
+    kind: str
+    found: Column
+    reason: Column
+    event_at: Column
 
 
 def _no_op() -> Column:
     return (F.col("commit_ops") == 0) & (F.col("rollback_ops") == 0)
 
 
-def stuck_halves(view: DataFrame, *, as_of: int, older_than: int) -> DataFrame:
+def _stuck(*, as_of: int, older_than: int) -> StoreCheck:
     """A half with no op record (and no real message: that is ``real_without_commit``), not
     parked as DISCARDED, older than the threshold."""
-    found = view.where(
+    found = (
         _no_op()
         & (F.col("real_count") == 0)
         & (F.col("state") != "DISCARDED")
@@ -231,46 +267,114 @@ def stuck_halves(view: DataFrame, *, as_of: int, older_than: int) -> DataFrame:
         ((F.lit(as_of) - F.col("created_at")) / 1000).cast("long"),
         F.col("check_times"),
     )
-    return anomaly(found, STUCK, reason, event_at=F.col("created_at"))
+    return StoreCheck(STUCK, found, reason, F.col("created_at"))
 
 
-def discarded_halves(view: DataFrame) -> DataFrame:
+def _discarded() -> StoreCheck:
     """A half parked as DISCARDED after transaction_check_max checks and still unresolved."""
-    found = view.where((F.col("state") == "DISCARDED") & _no_op())
+    found = (F.col("state") == "DISCARDED") & _no_op()
     reason = F.format_string(
         "discarded after %d checks: the producer never answered", F.col("check_times")
     )
-    return anomaly(found, DISCARDED, reason, event_at=F.col("discarded_at"))
+    return StoreCheck(DISCARDED, found, reason, F.col("discarded_at"))
 
 
-def commit_without_real(view: DataFrame) -> DataFrame:
+def _commit_without_real() -> StoreCheck:
     """A commit op record whose real message is missing: consumers never saw the commit."""
-    found = view.where((F.col("commit_ops") > 0) & (F.col("real_count") == 0))
+    found = (F.col("commit_ops") > 0) & (F.col("real_count") == 0)
     reason = F.lit("commit op record but no real message in the topic")
-    return anomaly(found, COMMIT_WITHOUT_REAL, reason, event_at=F.col("op_at"))
+    return StoreCheck(COMMIT_WITHOUT_REAL, found, reason, F.col("op_at"))
 
 
-def real_without_commit(view: DataFrame) -> DataFrame:
+def _real_without_commit() -> StoreCheck:
     """A real message of a transaction that has no op record at all."""
-    found = view.where((F.col("real_count") > 0) & _no_op())
+    found = (F.col("real_count") > 0) & _no_op()
     reason = F.format_string("real message in %s without a commit op record", F.col("topic"))
-    return anomaly(found, REAL_WITHOUT_COMMIT, reason, event_at=F.col("real_at"))
+    return StoreCheck(REAL_WITHOUT_COMMIT, found, reason, F.col("real_at"))
 
 
-def rollback_with_real(view: DataFrame) -> DataFrame:
+def _rollback_with_real() -> StoreCheck:
     """A rolled-back transaction whose message was delivered anyway."""
-    found = view.where((F.col("rollback_ops") > 0) & (F.col("real_count") > 0))
+    found = (F.col("rollback_ops") > 0) & (F.col("real_count") > 0)
     reason = F.format_string(
         "rollback op record and %d real message(s) in %s", F.col("real_count"), F.col("topic")
     )
-    return anomaly(found, ROLLBACK_WITH_REAL, reason, event_at=F.col("real_at"))
+    return StoreCheck(ROLLBACK_WITH_REAL, found, reason, F.col("real_at"))
+
+
+def _duplicate_real() -> StoreCheck:
+    """More than one real message for one transaction."""
+    found = F.col("real_count") > 1
+    reason = F.format_string("%d real messages for one transaction", F.col("real_count"))
+    return StoreCheck(DUPLICATE_REAL, found, reason, F.col("real_at"))
+
+
+def _apply(view: DataFrame, check: StoreCheck) -> DataFrame:
+    return anomaly(view.where(check.found), check.kind, check.reason, event_at=check.event_at)
+
+
+def stuck_halves(view: DataFrame, *, as_of: int, older_than: int) -> DataFrame:
+    return _apply(view, _stuck(as_of=as_of, older_than=older_than))
+
+
+def discarded_halves(view: DataFrame) -> DataFrame:
+    return _apply(view, _discarded())
+
+
+def commit_without_real(view: DataFrame) -> DataFrame:
+    return _apply(view, _commit_without_real())
+
+
+def real_without_commit(view: DataFrame) -> DataFrame:
+    return _apply(view, _real_without_commit())
+
+
+def rollback_with_real(view: DataFrame) -> DataFrame:
+    return _apply(view, _rollback_with_real())
 
 
 def duplicate_reals(view: DataFrame) -> DataFrame:
-    """More than one real message for one transaction."""
-    found = view.where(F.col("real_count") > 1)
-    reason = F.format_string("%d real messages for one transaction", F.col("real_count"))
-    return anomaly(found, DUPLICATE_REAL, reason, event_at=F.col("real_at"))
+    return _apply(view, _duplicate_real())
+
+
+def store_anomalies(view: DataFrame, *, as_of: int, stuck_after: int) -> DataFrame:
+    """Every store kind in one pass over the view: the rows any check finds (a cheap filter),
+    each exploded into one row per kind that found it."""
+    checks = [
+        _stuck(as_of=as_of, older_than=stuck_after),
+        _discarded(),
+        _commit_without_real(),
+        _real_without_commit(),
+        _rollback_with_real(),
+        _duplicate_real(),
+    ]
+    hits = F.array(
+        *(
+            F.when(
+                c.found,
+                F.struct(
+                    F.lit(c.kind).alias("kind"),
+                    c.reason.cast("string").alias("reason"),
+                    c.event_at.cast("long").alias("event_at"),
+                ),
+            )
+            for c in checks
+        )
+    )
+    any_found = reduce(Column.__or__, (c.found for c in checks))
+    exploded = (
+        view.where(any_found)
+        .select("*", F.explode(hits).alias("hit"))
+        .where(F.col("hit").isNotNull())
+    )
+    severity = F.create_map(*(F.lit(x) for kind in KINDS for x in (kind, SEVERITY[kind])))
+    return shaped(
+        exploded,
+        kind=F.col("hit.kind"),
+        severity=severity[F.col("hit.kind")],
+        reason=F.col("hit.reason"),
+        event_at=F.col("hit.event_at"),
+    )
 
 
 # --- consumers: acks and dead letters -----------------------------------------------------------

@@ -33,12 +33,7 @@ def detect(
     view = keep(A.transaction_view(transactions, messages, scheduled, window))
     dead = keep(A.dead_letters(view, dlq))
     found = [
-        A.stuck_halves(view, as_of=window.as_of, older_than=thresholds.stuck_ms),
-        A.discarded_halves(view),
-        A.commit_without_real(view),
-        A.real_without_commit(view),
-        A.rollback_with_real(view),
-        A.duplicate_reals(view),
+        A.store_anomalies(view, as_of=window.as_of, stuck_after=thresholds.stuck_ms),
         A.ack_lag(
             view,
             subscriptions,
