@@ -175,6 +175,17 @@ def _role(topic: Column) -> Column:
     )
 
 
+VIEW_TRANSACTION_COLUMNS = (
+    "transaction_id",
+    "msg_id",
+    "topic",
+    "state",
+    "check_times",
+    "created_at",
+    "discarded_at",
+)  # what the checks read: the others are neither read from the source, shuffled nor cached
+
+
 def transaction_view(
     transactions: DataFrame, messages: DataFrame, scheduled: DataFrame, window: Window
 ) -> DataFrame:
@@ -224,7 +235,7 @@ def transaction_view(
     halves = messages.where(F.col("topic") == HALF_TOPIC).select("transaction_id", "keys", "tags")
     day = transactions.where(
         (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
-    )
+    ).select(*VIEW_TRANSACTION_COLUMNS)
     return (
         day.join(counts, "transaction_id", "left")
         .join(halves, "transaction_id", "left")

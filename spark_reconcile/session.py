@@ -30,5 +30,8 @@ def build_session(
         builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
+        # The view the checks share is cached once and scanned a few times: compressing it
+        # cost more CPU than the scans saved (bench/reconcile/README.md).
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         .getOrCreate()
     )
