@@ -78,7 +78,7 @@ class ArrivalsStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def write(self, unit: Callable[[StoreTx], T]) -> T:
+    async def write(self, unit: Callable[[StoreTx], T], *, read_ahead: Sequence[str] = ()) -> T:
         appended: set[str] = set()
 
         def recording(tx: StoreTx) -> T:
@@ -88,7 +88,7 @@ class ArrivalsStore:
             appended.update(recorder.topics)
             return result
 
-        result = await self.inner.write(recording)
+        result = await self.inner.write(recording, read_ahead=read_ahead)
         if appended:
             self.arrivals.announce(appended)
         return result

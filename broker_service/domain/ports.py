@@ -194,5 +194,9 @@ class StoreTx(Protocol):
 
 
 class Store(Protocol):
-    async def write(self, unit: Callable[[StoreTx], T]) -> T: ...
+    async def write(self, unit: Callable[[StoreTx], T], *, read_ahead: Sequence[str] = ()) -> T:
+        """Run ``unit`` in a store transaction and commit.  ``read_ahead``: ids of transactions
+        the unit will look up -- a hint that lets the store fetch those of many units at once."""
+        ...
+
     async def read(self, unit: Callable[[StoreTx], T]) -> T: ...

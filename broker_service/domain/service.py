@@ -88,7 +88,7 @@ class BrokerService:
         by: ResolvedBy,
     ) -> Resolution:
         unit = self.transactions.resolve(transaction_id, decision, producer_group, by)
-        return await self.store.write(unit)
+        return await self.store.write(unit, read_ahead=(transaction_id,))
 
     async def get_transaction(self, transaction_id: str) -> TransactionRecord:
         def unit(tx: StoreTx) -> TransactionRecord:

@@ -7,7 +7,7 @@ threads.  The store refuses to serve (``NotReady``) while its schema is not at t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -100,9 +100,9 @@ class SqlStore:
         if not self.schema_current:
             raise NotReady(f"the broker is not ready: {self.schema_reason}")
 
-    async def write(self, unit: Callable[[SqlTx], T]) -> T:
+    async def write(self, unit: Callable[[SqlTx], T], *, read_ahead: Sequence[str] = ()) -> T:
         self._guard()
-        result: T = await self.writer.submit(unit)
+        result: T = await self.writer.submit(unit, read_ahead)
         return result
 
     async def read(self, unit: Callable[[SqlTx], T]) -> T:

@@ -57,6 +57,9 @@ class SqlTx(CheckStore, ConsumerStore):
         self._appended: list[PendingMessage] = []
         self._sent: dict[str, PendingMessage] = {}
         self._transactions: list[tuple[TransactionRecord, PendingMessage]] = []
+        # Transactions (with their halves) looked up ahead for the units of a batch; each is
+        # used once, so that a second look at the same transaction asks the store again.
+        self._read_ahead: dict[str, dict[str, Any] | None] = {}
 
     # -- buffers --------------------------------------------------------------------------------
 
@@ -280,17 +283,38 @@ class SqlTx(CheckStore, ConsumerStore):
         row = self.conn.execute(sql.transaction_by_id, params).first()
         return rows.transaction_record(row) if row else None
 
-    def _write_if_buffered(self, transaction_id: str) -> None:
+    def _write_if_buffered(self, transaction_id: str) -> bool:
         """A transaction whose half is in this very batch is written before SQL looks for it."""
         if any(r.transaction_id == transaction_id for r, _ in self._transactions):
             self.flush()
+            self._read_ahead.pop(transaction_id, None)  # looked up before it was written
+            return True
+        return False
+
+    def read_ahead(self, transaction_ids: Sequence[str]) -> None:
+        """Look up in one statement the transactions the units of a batch are about to resolve:
+        on PostgreSQL each lookup is a round trip the group-commit writer would wait for in turn."""
+        wanted = [t for t in dict.fromkeys(transaction_ids) if t not in self._read_ahead]
+        if not wanted:
+            return
+        found = {
+            row["transaction_id"]: dict(row)
+            for row in (
+                r._mapping for r in self.conn.execute(sql.transactions_with_halves, {"ids": wanted})
+            )
+        }
+        for transaction_id in wanted:
+            self._read_ahead[transaction_id] = found.get(transaction_id)
 
     def transaction_with_half(
         self, transaction_id: str
     ) -> tuple[TransactionRecord, StoredMessage | None] | None:
         self._write_if_buffered(transaction_id)
-        params = {"transaction_id": transaction_id}
-        row = sql.transaction_with_half.first(self.conn, params)
+        if transaction_id in self._read_ahead:
+            row = self._read_ahead.pop(transaction_id)
+        else:
+            params = {"transaction_id": transaction_id}
+            row = sql.transaction_with_half.first(self.conn, params)
         if row is None:
             return None
         half = rows.stored_message(row, "m_") if row["m_id"] is not None else None

@@ -83,19 +83,24 @@ message_of_transaction = Prepared(
 )
 
 # A transaction and its half in one lookup (the half's columns prefixed "m_").
-transaction_with_half = Prepared(
-    select(transactions, *[c.label(f"m_{c.name}") for c in messages.c])
-    .select_from(
-        transactions.outerjoin(
-            messages,
-            and_(
-                messages.c.topic == HALF_TOPIC,
-                messages.c.queue_id == 0,
-                messages.c.queue_offset == transactions.c.half_offset,
-            ),
-        )
+_transaction_and_half = select(
+    transactions, *[c.label(f"m_{c.name}") for c in messages.c]
+).select_from(
+    transactions.outerjoin(
+        messages,
+        and_(
+            messages.c.topic == HALF_TOPIC,
+            messages.c.queue_id == 0,
+            messages.c.queue_offset == transactions.c.half_offset,
+        ),
     )
-    .where(transactions.c.transaction_id == bindparam("transaction_id"))
+)
+transaction_with_half = Prepared(
+    _transaction_and_half.where(transactions.c.transaction_id == bindparam("transaction_id"))
+)
+# The same for every transaction a group commit's units will resolve (see SqlTx.read_ahead).
+transactions_with_halves = _transaction_and_half.where(
+    transactions.c.transaction_id.in_(bindparam("ids", expanding=True))
 )
 
 transaction_by_id = select(transactions).where(

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ class _Job:
     unit: Callable[[SqlTx], Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    read_ahead: Sequence[str] = ()
     ok: bool = False
     value: Any = None
 
@@ -68,11 +69,14 @@ class GroupCommitWriter:
             self._thread.join(timeout=30)
             self._thread = None
 
-    def submit(self, unit: Callable[[SqlTx], Any]) -> asyncio.Future[Any]:
+    def submit(
+        self, unit: Callable[[SqlTx], Any], read_ahead: Sequence[str] = ()
+    ) -> asyncio.Future[Any]:
+        """Queue a unit of work; ``read_ahead``: transactions it will look up (see SqlTx)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         try:
-            self._queue.put_nowait(_Job(unit, future, loop))
+            self._queue.put_nowait(_Job(unit, future, loop, read_ahead))
         except queue.Full:
             raise Busy("the broker's write queue is full; retry later") from None
         return future
@@ -125,6 +129,9 @@ class GroupCommitWriter:
         try:
             with conn.begin():
                 tx = SqlTx(conn)
+                wanted = [t for job in batch for t in job.read_ahead]
+                if len(wanted) > 1:  # one lookup for all instead of one round trip each
+                    tx.read_ahead(wanted)
                 for job in batch:
                     mark = tx.mark()
                     try:
