@@ -451,7 +451,9 @@ def ack_lag(
         (F.col("subscribed_at") <= F.col("real_at"))
         & _subscribed(F.col("expression"), F.col("tags"))
     )
-    acked = acks.select("consumer_group", "msg_id")
+    # A shuffled hash join: at 10M the acks are too big to broadcast, and a sort-merge join
+    # sorted both 10M-row sides only to find the few not acked.
+    acked = acks.select("consumer_group", "msg_id").hint("shuffle_hash")
     pending = expected.join(acked, ["consumer_group", "msg_id"], "left_anti").join(
         F.broadcast(dead.select("consumer_group", "msg_id")),
         ["consumer_group", "msg_id"],
