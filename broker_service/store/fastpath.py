@@ -9,10 +9,12 @@ back as plain dicts keyed by column label.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
 
@@ -52,7 +54,10 @@ class Prepared:
         values = {**compiled.fixed, **params}
         order = compiled.order
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(compiled.text, values if order is None else tuple(values[n] for n in order))
+        with driver_errors(conn, compiled.text):
+            cursor.execute(
+                compiled.text, values if order is None else tuple(values[n] for n in order)
+            )
         return cursor
 
     def first(self, conn: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -79,3 +84,22 @@ class Prepared:
             return int(cursor.rowcount)
         finally:
             cursor.close()
+
+
+@contextmanager
+def driver_errors(conn: Connection, statement: str) -> Iterator[None]:
+    """The driver's errors as SQLAlchemy's (``IntegrityError``, ``DataError``, ...), as if the
+    statement had gone through ``Connection.execute``: the writer and the consumer units retry
+    or answer by those classes.  A lost connection is invalidated, so the pool drops it."""
+    dialect = conn.dialect
+    base = dialect.loaded_dbapi.Error
+    try:
+        yield
+    except base as error:
+        dbapi_conn = conn.connection.dbapi_connection
+        lost = dialect.is_disconnect(error, dbapi_conn, None)
+        if lost:
+            conn.invalidate(error)
+        raise DBAPIError.instance(
+            statement, None, error, base, connection_invalidated=lost, dialect=dialect
+        ) from error

@@ -1,0 +1,52 @@
+"""The store's driver-level paths (bulk inserts, precompiled statements) fail the way SQLAlchemy's
+own execution does, so that the writer's retries and 422s keep working on both stores."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import bindparam, select
+from sqlalchemy.exc import IntegrityError
+
+from broker_service.settings import Flush
+from broker_service.store import statements as sql
+from broker_service.store.engine import make_engine
+from broker_service.store.fastpath import Prepared
+from broker_service.store.rows import MESSAGE_COLUMNS
+from broker_service.store.schema import messages
+
+
+def _row(offset: int, msg_id: str) -> tuple[object, ...]:
+    values: dict[str, object] = {column: None for column in MESSAGE_COLUMNS}
+    values.update(
+        topic="t",
+        queue_id=0,
+        queue_offset=offset,
+        msg_id=msg_id,
+        body=b"\x00binary\xff",
+        encoding="base64",
+        born_at=1,
+        stored_at=2,
+        reconsume_times=0,
+    )
+    return tuple(values[c] for c in MESSAGE_COLUMNS)
+
+
+def test_bulk_insert_round_trips_rows_and_a_duplicate_offset_is_an_integrity_error(
+    migrated_url: str,
+) -> None:
+    engine = make_engine(migrated_url, flush=Flush.SYNC, writer=True)
+    by_id = Prepared(select(messages).where(messages.c.msg_id == bindparam("m")))
+    try:
+        with engine.begin() as conn:
+            sql.insert_messages.execute(conn, [_row(0, "a"), _row(1, "b")])
+            row = by_id.first(conn, {"m": "b"})
+            assert row is not None
+            assert bytes(row["body"]) == b"\x00binary\xff"
+            assert row["queue_offset"] == 1
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            sql.insert_messages.execute(conn, [_row(2, "c"), _row(1, "again")])
+        with engine.begin() as conn:  # the failed transaction left nothing, the pool works on
+            assert by_id.first(conn, {"m": "c"}) is None
+            assert by_id.first(conn, {"m": "a"}) is not None
+    finally:
+        engine.dispose()
