@@ -54,10 +54,14 @@ class Prepared:
         values = {**compiled.fixed, **params}
         order = compiled.order
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        with driver_errors(conn, compiled.text):
-            cursor.execute(
-                compiled.text, values if order is None else tuple(values[n] for n in order)
-            )
+        try:
+            with driver_errors(conn, compiled.text):
+                cursor.execute(
+                    compiled.text, values if order is None else tuple(values[n] for n in order)
+                )
+        except BaseException:
+            cursor.close()
+            raise
         return cursor
 
     def first(self, conn: Connection, params: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -283,13 +283,11 @@ class SqlTx(CheckStore, ConsumerStore):
         row = self.conn.execute(sql.transaction_by_id, params).first()
         return rows.transaction_record(row) if row else None
 
-    def _write_if_buffered(self, transaction_id: str) -> bool:
+    def _write_if_buffered(self, transaction_id: str) -> None:
         """A transaction whose half is in this very batch is written before SQL looks for it."""
         if any(r.transaction_id == transaction_id for r, _ in self._transactions):
             self.flush()
             self._read_ahead.pop(transaction_id, None)  # looked up before it was written
-            return True
-        return False
 
     def read_ahead(self, transaction_ids: Sequence[str]) -> None:
         """Look up in one statement the transactions the units of a batch are about to resolve:

@@ -18,7 +18,6 @@ from broker_service.api.schemas import (
     TimeIn,
 )
 
-Time = TimeIn
 ClientId = Annotated[Text, Field(min_length=1, max_length=255)]
 Handle = Annotated[Text, Field(min_length=1, max_length=128)]
 
@@ -43,7 +42,7 @@ class GroupIn(Strict):
     consume_from: Literal["FIRST_OFFSET", "LAST_OFFSET", "TIMESTAMP"] = Field(
         "LAST_OFFSET", description="Where the group starts in a topic it subscribes to"
     )
-    consume_timestamp: Time | None = Field(None, description="For consume_from TIMESTAMP")
+    consume_timestamp: TimeIn | None = Field(None, description="For consume_from TIMESTAMP")
     max_reconsume_times: int | None = Field(
         None, ge=0, le=10_000, description="Default: the broker's max_reconsume_times (16)"
     )
@@ -169,7 +168,7 @@ class GroupViewOut(GroupOut):
 
 class ResetIn(Strict):
     topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
-    timestamp: Time
+    timestamp: TimeIn
 
 
 class ResetQueueOut(BaseModel):
