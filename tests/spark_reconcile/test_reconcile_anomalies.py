@@ -103,6 +103,33 @@ def test_view_folds_the_messages_of_each_transaction_of_the_day(frame: Any) -> N
     assert ok["tags"] == "TagA"
 
 
+def test_op_decision_read_from_compact_and_any_other_json(frame: Any) -> None:
+    """The broker writes op records as compact JSON (read without parsing); any other spelling
+    is parsed, and a property whose value only quotes the decision is not taken for it."""
+    s = Store()
+    spellings = {
+        "compact-commit": '{"DECISION":"COMMIT","RESOLVED_BY":"producer"}',
+        "compact-rollback": '{"RESOLVED_BY":"check","DECISION":"ROLLBACK"}',
+        "spaced-commit": '{"RESOLVED_BY": "producer", "DECISION": "COMMIT"}',
+        "spaced-rollback": '{ "DECISION" : "ROLLBACK" }',
+        "quoted-in-a-value": '{"NOTE":"\\"DECISION\\":\\"COMMIT\\"","DECISION":"ROLLBACK"}',
+    }
+    for tx, properties in spellings.items():
+        s.tx(tx, "COMMITTED")
+        s._message(A.OP_TOPIC, tx, T + 1000, properties=properties, tags="d")
+    rows = {r["transaction_id"]: r for r in s.view(frame).collect()}
+    decisions = {
+        tx: (r["commit_ops"], r["rollback_ops"]) for tx, r in rows.items() if tx in spellings
+    }
+    assert decisions == {
+        "compact-commit": (1, 0),
+        "compact-rollback": (0, 1),
+        "spaced-commit": (1, 0),
+        "spaced-rollback": (0, 1),
+        "quoted-in-a-value": (0, 1),
+    }
+
+
 def test_business_id_by_index_and_by_pattern(frame: Any) -> None:
     s = Store()
     s.tx("t", "PREPARED")
