@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from broker_service.settings import Flush
 from broker_service.store import statements as sql
+from broker_service.store.bulk import chunk_sizes
 from broker_service.store.engine import make_engine
 from broker_service.store.fastpath import Prepared
 from broker_service.store.rows import MESSAGE_COLUMNS
@@ -48,5 +49,33 @@ def test_bulk_insert_round_trips_rows_and_a_duplicate_offset_is_an_integrity_err
         with engine.begin() as conn:  # the failed transaction left nothing, the pool works on
             assert by_id.first(conn, {"m": "c"}) is None
             assert by_id.first(conn, {"m": "a"}) is not None
+    finally:
+        engine.dispose()
+
+
+def test_chunk_sizes_cover_every_count_with_few_statement_texts() -> None:
+    for count in (1, 2, 3, 100, 1023, 1024, 1025, 3000):
+        sizes = list(chunk_sizes(count, 1024))
+        assert sum(sizes) == count
+        assert all(size & (size - 1) == 0 for size in sizes)  # powers of two: 11 texts at most
+        assert len(sizes) <= count // 1024 + 10
+    assert list(chunk_sizes(100, 1024)) == [64, 32, 4]
+
+
+def test_bulk_insert_of_more_rows_than_one_statement_takes_keeps_them_all_in_order(
+    migrated_url: str,
+) -> None:
+    engine = make_engine(migrated_url, flush=Flush.SYNC, writer=True)
+    count = 2_500  # 1024 + 1024 + 256 + 128 + 64 + 4 on SQLite; one COPY on PostgreSQL
+    try:
+        with engine.begin() as conn:
+            sql.insert_messages.execute(conn, [_row(n, f"m{n}") for n in range(count)])
+        with engine.connect() as conn:
+            stored = conn.execute(
+                select(messages.c.queue_offset, messages.c.msg_id).order_by(messages.c.id)
+            ).all()
+        assert [(offset, msg_id) for offset, msg_id in stored] == [
+            (n, f"m{n}") for n in range(count)
+        ]
     finally:
         engine.dispose()
