@@ -81,6 +81,7 @@ class Retries:
             deliver_at = now + self.levels[level - 1]
             if group.orderly:
                 # Stays at the head of its queue; handed out again (times + 1) when due.
+                self.consumers.lease_ends(group.name, deliver_at)
                 if not tx.set_delivery(
                     delivery, state=DeliveryState.RETRYING, invisible_until=deliver_at
                 ):

@@ -49,6 +49,8 @@ from broker_service.domain.ports import StoreTx
 ProgressKey = tuple[str, str, int, str]
 _SCAN_CHUNK = 256
 _SCAN_MAX = 4096
+# How long a receive trusts that no delivery falls due without looking again (see lease_ends).
+_DUE_RECHECK_MS = 200
 _KNOWN_MS = 1000  # most messages one receive looks at in one queue (tag filters skip the rest)
 
 
@@ -94,6 +96,8 @@ class _Claim:
     delivered: list[Delivered] = field(default_factory=list)
     new: list[NewDelivery] = field(default_factory=list)
     moved: set[ProgressKey] = field(default_factory=set)
+    next_due: int | None = None  # the store's next due time, when this receive asked for it
+    asked_next_due: bool = False
 
     @property
     def left(self) -> int:
@@ -136,6 +140,17 @@ class Consumers:
         self._known: dict[str, tuple[int, ConsumerGroup, list[Subscription]]] = {}
         # Members whose progress rows all exist (PostgreSQL: a receive then locks them at once).
         self._complete: set[tuple[str, str, tuple[str, ...]]] = set()
+        # Per group: the time before which none of its open deliveries falls due, as far as this
+        # broker knows.  Learnt when a look for due deliveries found none (the store's next due
+        # time, at most _DUE_RECHECK_MS ahead), lowered by every lease this broker hands out or
+        # moves; until then a receive skips the look (a round trip).  A lease another broker
+        # sharing the store hands out is seen at the next look, at most _DUE_RECHECK_MS later.
+        self._quiet_until: dict[str, int] = {}
+
+    def lease_ends(self, group: str, at: int) -> None:
+        """A delivery of ``group`` falls due at ``at`` (a lease handed out, changed, retried)."""
+        if at < self._quiet_until.get(group, at):
+            self._quiet_until[group] = at
 
     def group_of(
         self, tx: StoreTx, name: str, topic: str | None = None
@@ -291,15 +306,30 @@ class Consumers:
                 self._claim_new(tx, claim, sources)
             tx.add_deliveries(claim.new)
             tx.advance_committed(sorted(claim.moved), now)
-            next_due = None if claim.delivered else tx.next_due_at(group.name)
+            if claim.delivered:
+                self.lease_ends(group.name, claim.invisible_until)
+                next_due = None
+            elif claim.asked_next_due:
+                next_due = claim.next_due
+            else:
+                next_due = tx.next_due_at(group.name)
             return ReceiveResult(claim.delivered, list(sources), next_due)
 
         return unit
 
     def _redeliver_due(self, tx: StoreTx, claim: _Claim) -> None:
         group = claim.group
+        if claim.now < self._quiet_until.get(group.name, 0):
+            return
         client = claim.client_key if group.broadcasting else None
-        for due in tx.claim_due_deliveries(group.name, client, claim.now, claim.budget):
+        due_now = tx.claim_due_deliveries(group.name, client, claim.now, claim.budget)
+        if not due_now:
+            claim.next_due, claim.asked_next_due = tx.next_due_at(group.name), True
+            horizon = claim.now + _DUE_RECHECK_MS
+            quiet = horizon if claim.next_due is None else min(claim.next_due, horizon)
+            self._quiet_until[group.name] = quiet
+            return
+        for due in due_now:
             if claim.left <= 0:
                 break
             message = tx.get_message_at(due.topic, due.queue_id, due.queue_offset)
@@ -455,6 +485,7 @@ class Consumers:
             delivery = live_delivery(tx, group, handle, now)
             renewed = new_id()
             until = now + invisible_ms
+            self.lease_ends(group.name, until)
             if not tx.set_delivery(
                 delivery,
                 state=DeliveryState.INFLIGHT,

@@ -699,30 +699,29 @@ class ConcurrentUnits:
     database -- so receives, acks and nacks of one broker may run in parallel the same way.  A
     receive or change-invisible commits with ``synchronous_commit = off``: losing its lease in a
     database crash only hands the message out again (at least once).  Acks and nacks commit as the
-    ``flush`` setting says, like every other write.  The units run on their own pool
-    (``engine.make_claims_engine``), whose sessions start with ``synchronous_commit = off``.
+    ``flush`` setting says, like every other write.  Leases and durable units run on two pools
+    (``engine.make_claims_engine``), so that neither needs a ``SET LOCAL`` of its own.
     """
 
-    def __init__(self, engine: Engine, *, durable: bool, ready: Callable[[], bool]) -> None:
-        self.engine = engine
+    def __init__(self, leases: Engine, durable: Engine, *, ready: Callable[[], bool]) -> None:
+        """``durable``: the pool of acks and nacks (the leases' own under ``flush: async``)."""
+        self.leases = leases
         self.durable = durable
         self.ready = ready
 
     async def run(self, unit: Callable[[Any], T], *, lease_only: bool = False) -> T:
         if not self.ready():
             raise NotReady("the broker is not ready: the store's schema is not current")
-        relaxed = lease_only or not self.durable
-        return await anyio.to_thread.run_sync(self._run, unit, relaxed)
+        engine = self.leases if lease_only else self.durable
+        return await anyio.to_thread.run_sync(self._run, unit, engine)
 
-    def _run(self, unit: Callable[[Any], T], relaxed: bool) -> T:
+    def _run(self, unit: Callable[[Any], T], engine: Engine) -> T:
         from broker_service.store.sqltx import SqlTx  # sqltx imports this module
 
         error: Exception | None = None
         for _ in range(_RETRIES):
             try:
-                with self.engine.begin() as conn:
-                    if not relaxed:  # the engine's sessions commit without waiting for the WAL
-                        conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
+                with engine.begin() as conn:
                     tx = SqlTx(conn)
                     result = unit(tx)
                     tx.flush()

@@ -36,16 +36,18 @@ def make_engine(url: str, *, flush: Flush, writer: bool, pool_size: int = 5) -> 
     return _postgres_engine(url, flush=flush, writer=writer, pool_size=pool_size)
 
 
-def make_claims_engine(url: str, *, pool_size: int = 5) -> Engine:
-    """PostgreSQL: the pool consumer units run on side by side (receive, ack, nack).
+def make_claims_engine(url: str, *, pool_size: int = 5, durable: bool = False) -> Engine:
+    """PostgreSQL: a pool consumer units run on side by side (receive, ack, nack).
 
-    Its sessions commit with ``synchronous_commit = off``, what a receive's lease needs (losing one
-    in a database crash only hands the message out again); a unit that must be durable (an ack
-    under ``flush: sync``) turns it on for its own transaction.  No pre-ping: the units retry on a
-    fresh connection when one is found dead, which saves a round trip per unit.
+    Two of them: leases (a receive, a change of invisibility) commit with ``synchronous_commit =
+    off`` -- losing one in a database crash only hands the message out again -- and ``durable``
+    ones (acks and nacks under ``flush: sync``) commit as PostgreSQL's default says, each unit
+    without a ``SET LOCAL`` round trip of its own.  No pre-ping: the units retry on a fresh
+    connection when one is found dead, which saves a round trip per unit.
     """
     engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size)
-    _commit_asynchronously(engine)
+    if not durable:
+        _commit_asynchronously(engine)
     return engine
 
 

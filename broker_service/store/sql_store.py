@@ -46,15 +46,17 @@ class SqlStore:
             queue_max=settings.write_queue_max,
         )
         self.pool_size = settings.pool_size
-        self._claims: Engine | None = None
+        self._claims: dict[bool, Engine] = {}
         self.schema_current = False
         self.schema_reason = "starting"
 
-    def claims_engine(self) -> Engine:
-        """PostgreSQL: the pool consumer units run on beside the writer (made on first use)."""
-        if self._claims is None:
-            self._claims = make_claims_engine(self.url, pool_size=self.pool_size)
-        return self._claims
+    def claims_engine(self, *, durable: bool = False) -> Engine:
+        """PostgreSQL: the pools consumer units run on beside the writer (made on first use)."""
+        engine = self._claims.get(durable)
+        if engine is None:
+            engine = make_claims_engine(self.url, pool_size=self.pool_size, durable=durable)
+            self._claims[durable] = engine
+        return engine
 
     @property
     def dialect(self) -> str:
@@ -75,8 +77,8 @@ class SqlStore:
         self.writer.stop()
         self.writer_engine.dispose()
         self.readers.dispose()
-        if self._claims is not None:
-            self._claims.dispose()
+        for engine in self._claims.values():
+            engine.dispose()
 
     def check_schema(self) -> Readiness:
         try:

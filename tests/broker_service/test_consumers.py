@@ -164,6 +164,28 @@ async def test_expired_invisibility_redelivers_with_reconsume_times(
     assert await group.receive() == []
 
 
+async def test_a_lease_cut_short_falls_due_at_once_though_a_receive_just_looked(
+    broker: InProcessBroker,
+) -> None:
+    """A receive that finds nothing due lets the next ones skip the look for a moment (a round
+    trip each); a lease the broker cuts short must end that moment at once."""
+    await broker.topic("t", queues=1)
+    group = Group(broker.client, "g")
+    await group.create(consume_from="FIRST_OFFSET")
+    await group.subscribe("t")
+    await send(broker, "t", 1)
+    (first,) = await group.receive(invisible_seconds=30)
+    assert await group.receive("c2", wait_seconds=0) == []  # looked: nothing due for 30 s
+    renewed = await broker.client.post(
+        "/v1/consumer-groups/g/change-invisible",
+        json={"receipt_handle": first["receipt_handle"], "invisible_seconds": 0.05},
+    )
+    assert renewed.status_code == 200, renewed.text
+    await asyncio.sleep(0.1)
+    again = await group.receive("c2", wait_seconds=0)
+    assert [(m["msg_id"], m["reconsume_times"]) for m in again] == [(first["msg_id"], 1)]
+
+
 async def test_tag_expressions(broker: InProcessBroker) -> None:
     await broker.topic("t", queues=2)
     both, only_a = Group(broker.client, "both"), Group(broker.client, "only-a")

@@ -322,7 +322,7 @@ def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, brok
     if not settings.is_sqlite:  # SQLite has one writer; PostgreSQL claims side by side
         runner = ConcurrentUnits(
             store.claims_engine(),
-            durable=settings.flush is Flush.SYNC,
+            store.claims_engine(durable=settings.flush is Flush.SYNC),
             ready=lambda: bool(store.schema_current),
         )
     app.state.consumers = ConsumerService(
