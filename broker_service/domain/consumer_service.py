@@ -105,13 +105,15 @@ class ConsumerService:
                 group, client_id, topic, max_messages, invisible_ms, self._touch(group, client_id)
             )
             result = await self._claim(unit, lease_only=True)
+            if len(result.delivered) >= max_messages:  # there may be more: wake another member
+                self.arrivals.pass_on(result.topics, result.competitor)
             remaining = deadline - time.monotonic()
             if result.delivered or remaining <= 0:
                 return result.delivered
             pause = min(remaining, self.poll_seconds)
             if result.next_due_at is not None:
                 pause = min(pause, max(0.0, (result.next_due_at - self.clock()) / 1000) + 0.002)
-            await self.arrivals.wait(result.topics, pause, version)
+            await self.arrivals.wait(result.topics, pause, version, result.competitor)
 
     async def _claim(self, unit: Callable[[StoreTx], T], *, lease_only: bool = False) -> T:
         if self.runner is not None:

@@ -5,6 +5,12 @@ it consumes -- no polling of the store while nothing arrives.
 committed, announces the topics it appended to.  That covers sends, commits, delayed releases and
 retry copies made by this broker; other brokers' messages are found by the receive's own bounded
 re-check (``receive_poll_seconds``).
+
+An announcement wakes one waiting receive per consumer group (per member of a broadcasting group,
+which each get every message), not every waiting member: the members of a group compete for the
+same messages, and waking them all for one send had all but one of them look in the store for
+nothing.  A receive that takes as many messages as it asked for passes the wake-up on to the next
+member waiting (there may be more); one that takes fewer leaves the others asleep.
 """
 
 from __future__ import annotations
@@ -21,34 +27,75 @@ T = TypeVar("T")
 
 class Arrivals:
     def __init__(self) -> None:
-        self._waiting: dict[str, set[asyncio.Event]] = {}
-        self.version = 0  # counts announcements: a receive that saw it change looks again
+        # topic -> who competes for its messages (a group, or a broadcasting member) -> the
+        # events of the receives waiting, oldest first
+        self._waiting: dict[str, dict[str, list[asyncio.Event]]] = {}
+        self.version = 0  # counts announcements
+        # The version of each topic's last announcement: a receive that saw one of its topics
+        # announced while it looked in the store looks again.
+        self._announced: dict[str, int] = {}
 
     def announce(self, topics: Iterable[str]) -> None:
+        """Messages arrived in ``topics``: wake one waiting receive of each competitor."""
         self.version += 1
         for topic in topics:
-            for event in self._waiting.get(topic, ()):
-                event.set()
+            self._announced[topic] = self.version
+            for waiters in self._waiting.get(topic, {}).values():
+                _wake_first(waiters)
 
-    async def wait(self, topics: Sequence[str], seconds: float, since_version: int) -> None:
-        """Until a message arrives in one of ``topics`` (or ``seconds`` pass).  Returns at
-        once if anything was announced since ``since_version``."""
-        if self.version != since_version or seconds <= 0:
+    def pass_on(self, topics: Iterable[str], key: str) -> None:
+        """The receive of ``key`` took all it could: wake the next one of ``key``, if any."""
+        for topic in topics:
+            waiters = self._waiting.get(topic, {}).get(key)
+            if waiters and _wake_first(waiters):
+                return
+
+    async def wait(
+        self, topics: Sequence[str], seconds: float, since_version: int, key: str
+    ) -> None:
+        """Until a message arrives in one of ``topics`` and this receive is the one of ``key``
+        woken for it (or ``seconds`` pass).  Returns at once if anything was announced in
+        ``topics`` since ``since_version``."""
+        announced = self._announced
+        if seconds <= 0 or any(announced.get(topic, 0) > since_version for topic in topics):
             return
         event = asyncio.Event()
         for topic in topics:
-            self._waiting.setdefault(topic, set()).add(event)
+            self._waiting.setdefault(topic, {}).setdefault(key, []).append(event)
         try:
-            await asyncio.wait_for(event.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await event.wait()
+        except asyncio.CancelledError:
+            if event.is_set():  # woken, then gone before it looked: let another one look
+                self._remove(topics, key, event)
+                self.pass_on(topics, key)
+            raise
         except TimeoutError:
             pass
         finally:
-            for topic in topics:
-                waiters = self._waiting.get(topic)
-                if waiters is not None:
-                    waiters.discard(event)
-                    if not waiters:
+            self._remove(topics, key, event)
+
+    def _remove(self, topics: Sequence[str], key: str, event: asyncio.Event) -> None:
+        for topic in topics:
+            by_key = self._waiting.get(topic)
+            if by_key is None:
+                continue
+            waiters = by_key.get(key)
+            if waiters is not None and event in waiters:
+                waiters.remove(event)
+                if not waiters:
+                    del by_key[key]
+                    if not by_key:
                         del self._waiting[topic]
+
+
+def _wake_first(waiters: list[asyncio.Event]) -> bool:
+    """Wake the oldest receive not woken yet; False if all are."""
+    for event in waiters:
+        if not event.is_set():
+            event.set()
+            return True
+    return False
 
 
 class _RecordingTx:

@@ -80,6 +80,9 @@ class ReceiveResult:
     delivered: list[Delivered]
     topics: list[str]
     next_due_at: int | None = None
+    # Who competes with this receive for its messages: the group, or the member of a
+    # broadcasting group (long-poll wake-ups go to one receive per competitor).
+    competitor: str = ""
 
 
 @dataclass(slots=True)
@@ -313,7 +316,8 @@ class Consumers:
                 next_due = claim.next_due
             else:
                 next_due = tx.next_due_at(group.name)
-            return ReceiveResult(claim.delivered, list(sources), next_due)
+            competitor = f"{group.name}\x00{client_id}" if group.broadcasting else group.name
+            return ReceiveResult(claim.delivered, list(sources), next_due, competitor)
 
         return unit
 
