@@ -18,7 +18,10 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from sqlalchemy import (
     Connection,
+    Integer,
+    String,
     and_,
+    any_,
     bindparam,
     case,
     delete,
@@ -159,7 +162,12 @@ _overview = (
     .where(_q.topic.in_(bindparam("topics", expanding=True)))
     .order_by(_q.topic, _q.queue_id)
 )
-_candidates_locked = (
+# PostgreSQL runs every receive's and ack's statements precompiled (store/fastpath.py), with
+# arrays where SQLite takes an expanding IN: one statement text whatever the count.
+_TEXTS = postgresql.ARRAY(String)
+_INTS = postgresql.ARRAY(Integer)
+# PostgreSQL only (SQLite serializes claims in its one writer).
+_candidates_locked = Prepared(
     select(
         _q.topic,
         _q.queue_id,
@@ -174,36 +182,44 @@ _candidates_locked = (
     .where(
         o.consumer_group == bindparam("group"),
         o.client_id == bindparam("client"),
-        o.topic.in_(bindparam("topics", expanding=True)),
+        o.topic == any_(bindparam("topics", type_=_TEXTS)),
         o.pulled_offset < _q.next_offset,
     )
     .order_by(o.topic, o.queue_id)
     .with_for_update(of=consumer_offsets, skip_locked=True)
 )
 
+
 # One statement for all the queues an ack touched (per group and member).
-_advance_queues = (
+_advance = (
     update(consumer_offsets)
-    .where(
-        o.consumer_group == bindparam("b_group"),
-        o.client_id == bindparam("b_client"),
-        tuple_(o.topic, o.queue_id).in_(bindparam("b_keys", expanding=True)),
-    )
+    .where(o.consumer_group == bindparam("b_group"), o.client_id == bindparam("b_client"))
     .values(
         committed_offset=func.coalesce(_oldest_open_of_row, o.pulled_offset),
         updated_at=bindparam("b_at"),
     )
 )
+_advance_queues = _advance.where(
+    tuple_(o.topic, o.queue_id).in_(bindparam("b_keys", expanding=True))
+)
+# PostgreSQL: a row another broker holds is left to it.
 _held = consumer_offsets.alias("held")
-_advance_queues_unless_held = _advance_queues.where(
-    tuple_(o.topic, o.queue_id).in_(
-        select(_held.c.topic, _held.c.queue_id)
-        .where(
-            _held.c.consumer_group == bindparam("b_group"),
-            _held.c.client_id == bindparam("b_client"),
-            tuple_(_held.c.topic, _held.c.queue_id).in_(bindparam("b_keys2", expanding=True)),
+_advance_queues_unless_held = Prepared(
+    _advance.where(
+        tuple_(o.topic, o.queue_id).in_(
+            select(_held.c.topic, _held.c.queue_id)
+            .where(
+                _held.c.consumer_group == bindparam("b_group"),
+                _held.c.client_id == bindparam("b_client"),
+                tuple_(_held.c.topic, _held.c.queue_id).in_(
+                    select(
+                        func.unnest(bindparam("b_topics", type_=_TEXTS)),
+                        func.unnest(bindparam("b_queue_ids", type_=_INTS)),
+                    )
+                ),
+            )
+            .with_for_update(skip_locked=True)
         )
-        .with_for_update(skip_locked=True)
     )
 )
 
@@ -263,6 +279,17 @@ _finish = (
     .where(
         d.consumer_group == bindparam("b_group"),
         d.receipt_handle.in_(bindparam("b_handles", expanding=True)),
+        d.state == DeliveryState.INFLIGHT.value,
+        d.invisible_until > bindparam("b_now"),
+    )
+    .values(state=bindparam("b_state"), finished_at=bindparam("b_now"))
+    .returning(*deliveries.c)
+)
+_finish_pg = Prepared(
+    update(deliveries)
+    .where(
+        d.consumer_group == bindparam("b_group"),
+        d.receipt_handle == any_(bindparam("b_handles", type_=_TEXTS)),
         d.state == DeliveryState.INFLIGHT.value,
         d.invisible_until > bindparam("b_now"),
     )
@@ -462,16 +489,20 @@ class ConsumerStore:
         by_member: dict[tuple[str, str], list[tuple[str, int]]] = {}
         for group, topic, queue_id, client in sorted(set(keys)):
             by_member.setdefault((group, client), []).append((topic, queue_id))
-        stmt = _advance_queues_unless_held if self._postgres else _advance_queues
         for (group, client), queue_keys in by_member.items():
-            params = {
-                "b_group": group,
-                "b_client": client,
-                "b_keys": queue_keys,
-                "b_keys2": queue_keys,
-                "b_at": at,
-            }
-            self.conn.execute(stmt, params)
+            if self._postgres:
+                topics, queue_ids = (list(column) for column in zip(*queue_keys, strict=True))
+                params = {
+                    "b_group": group,
+                    "b_client": client,
+                    "b_topics": topics,
+                    "b_queue_ids": queue_ids,
+                    "b_at": at,
+                }
+                _advance_queues_unless_held.rowcount(self.conn, params)
+                continue
+            params = {"b_group": group, "b_client": client, "b_keys": queue_keys, "b_at": at}
+            self.conn.execute(_advance_queues, params)
 
     def lock_candidates(
         self, group: str, topics: Sequence[str], client_id: str
@@ -481,12 +512,17 @@ class ConsumerStore:
         params = {"group": group, "client": client_id, "topics": list(topics)}
         return [
             (
-                QueueInfo(r.topic, r.queue_id, r.min_offset, r.next_offset),
+                QueueInfo(r["topic"], r["queue_id"], r["min_offset"], r["next_offset"]),
                 QueueProgress(
-                    group, r.topic, r.queue_id, client_id, r.committed_offset, r.pulled_offset
+                    group,
+                    r["topic"],
+                    r["queue_id"],
+                    client_id,
+                    r["committed_offset"],
+                    r["pulled_offset"],
                 ),
             )
-            for r in self.conn.execute(_candidates_locked, params)
+            for r in _candidates_locked.all(self.conn, params)
         ]
 
     def list_progress(self, group: str) -> list[QueueProgress]:
@@ -567,6 +603,8 @@ class ConsumerStore:
             "b_state": state.value,
             "b_now": now,
         }
+        if self._postgres:
+            return [_delivery_record(r) for r in _finish_pg.all(self.conn, params)]
         return [_delivery_record(r._mapping) for r in self.conn.execute(_finish, params)]
 
     def set_delivery(
