@@ -81,6 +81,11 @@ class BrokerSettings(BaseSettings):
     )
     pool_size: int = Field(8, ge=1, description="Store connections for reads")
     log_level: str = "info"
+    opentelemetry: bool = Field(
+        False,
+        description="FastAPI's native OpenTelemetry spans and metrics for every request, to the "
+        "globally configured providers (off: not even checked per request)",
+    )
     auto_create_groups: bool = Field(
         True,
         description="Create a consumer group on its first subscription (RocketMQ's "

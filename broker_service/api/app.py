@@ -90,6 +90,11 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         version="1",
         summary="RocketMQ-style transactional (half) messages over REST",
         lifespan=lifespan,
+        # FastAPI's native OpenTelemetry (spans and metrics per request for a configured
+        # provider) is the `opentelemetry` setting; off, its per-request check is skipped.
+        telemetry=None
+        if settings.opentelemetry
+        else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.store = store

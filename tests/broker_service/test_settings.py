@@ -63,3 +63,12 @@ def test_serve_refuses_bad_settings_with_a_message(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["broker", "serve", "--port", "99999"])
     assert result.exit_code == 2
     assert "invalid settings" in result.output
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_fastapi_native_opentelemetry_follows_the_setting(tmp_path: Path, enabled: bool) -> None:
+    from broker_service.api.app import create_app
+
+    settings = BrokerSettings(database_url=f"sqlite:///{tmp_path / 'b.db'}", opentelemetry=enabled)
+    telemetry = create_app(settings)._telemetry  # FastAPI's own config of its native telemetry
+    assert (telemetry["tracing"], telemetry["metrics"], telemetry["logs"]) == (enabled,) * 3
