@@ -323,7 +323,8 @@ class Consumers:
 
     def _redeliver_due(self, tx: StoreTx, claim: _Claim) -> None:
         group = claim.group
-        if claim.now < self._quiet_until.get(group.name, 0):
+        quiet = self._quiet_until.get(group.name, 0)
+        if claim.now < quiet <= claim.now + _DUE_RECHECK_MS:  # (a clock set back: look)
             return
         client = claim.client_key if group.broadcasting else None
         due_now = tx.claim_due_deliveries(group.name, client, claim.now, claim.budget)

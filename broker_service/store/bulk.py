@@ -20,6 +20,7 @@ bytes, None) in ``columns`` order.
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,8 +28,6 @@ from sqlalchemy import Connection, Table
 
 from broker_service.store.fastpath import driver_errors
 
-# SQLite (3.32 and later) takes up to 32,766 parameters per statement.
-_SQLITE_MAX_PARAMETERS = 32_766
 _SQLITE_MAX_ROWS = 1024
 
 
@@ -51,8 +50,15 @@ class BulkInsert:
         self.columns = tuple(columns)
         self._copy: str | None = None
         self._values: dict[int, str] = {}  # SQLite: statement text by rows per statement
-        largest = min(_SQLITE_MAX_ROWS, _SQLITE_MAX_PARAMETERS // len(self.columns))
-        self._largest = 1 << (largest.bit_length() - 1)  # a power of two
+        self._largest = 0  # SQLite: rows per statement at most, a power of two
+
+    def _rows_per_statement(self, dbapi_conn: Any) -> int:
+        if not self._largest:
+            # As many as the library's parameter limit allows (32,766 since SQLite 3.32).
+            limit = dbapi_conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+            largest = max(1, min(_SQLITE_MAX_ROWS, limit // len(self.columns)))
+            self._largest = 1 << (largest.bit_length() - 1)
+        return self._largest
 
     def _head(self, conn: Connection) -> tuple[str, str]:
         quote = conn.dialect.identifier_preparer.quote
@@ -82,10 +88,11 @@ class BulkInsert:
             self._insert_values(conn, rows)
 
     def _insert_values(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        dbapi_conn: Any = conn.connection.dbapi_connection
+        cursor = dbapi_conn.cursor()
         try:
             start = 0
-            for size in chunk_sizes(len(rows), self._largest):
+            for size in chunk_sizes(len(rows), self._rows_per_statement(dbapi_conn)):
                 statement = self._values_statement(conn, size)
                 with driver_errors(conn, statement):
                     cursor.execute(
