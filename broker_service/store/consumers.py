@@ -162,7 +162,7 @@ _overview = (
     .where(_q.topic.in_(bindparam("topics", expanding=True)))
     .order_by(_q.topic, _q.queue_id)
 )
-# PostgreSQL runs every receive's and ack's statements precompiled (store/fastpath.py), with
+# PostgreSQL runs the hot statements of receives and acks precompiled (store/fastpath.py), with
 # arrays where SQLite takes an expanding IN: one statement text whatever the count.
 _TEXTS = postgresql.ARRAY(String)
 _INTS = postgresql.ARRAY(Integer)
@@ -274,27 +274,20 @@ _next_due = select(func.min(d.invisible_until)).where(d.consumer_group == bindpa
 _by_handle = select(deliveries).where(
     d.consumer_group == bindparam("group"), d.receipt_handle == bindparam("handle")
 )
-_finish = (
+# The in-flight, still invisible deliveries behind some handles, ended (ack, nack).
+_finish_live = (
     update(deliveries)
     .where(
         d.consumer_group == bindparam("b_group"),
-        d.receipt_handle.in_(bindparam("b_handles", expanding=True)),
         d.state == DeliveryState.INFLIGHT.value,
         d.invisible_until > bindparam("b_now"),
     )
     .values(state=bindparam("b_state"), finished_at=bindparam("b_now"))
     .returning(*deliveries.c)
 )
+_finish = _finish_live.where(d.receipt_handle.in_(bindparam("b_handles", expanding=True)))
 _finish_pg = Prepared(
-    update(deliveries)
-    .where(
-        d.consumer_group == bindparam("b_group"),
-        d.receipt_handle == any_(bindparam("b_handles", type_=_TEXTS)),
-        d.state == DeliveryState.INFLIGHT.value,
-        d.invisible_until > bindparam("b_now"),
-    )
-    .values(state=bindparam("b_state"), finished_at=bindparam("b_now"))
-    .returning(*deliveries.c)
+    _finish_live.where(d.receipt_handle == any_(bindparam("b_handles", type_=_TEXTS)))
 )
 _set_delivery = (
     update(deliveries)
