@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -152,7 +153,20 @@ def raw_batch_insert_rate(url: str, seconds: float, per_commit: int = 1000) -> f
     return count / timed
 
 
-async def load(port: int, seconds: float, connections: int) -> dict[str, Result]:
+def cpu_seconds(pid: int) -> Callable[[], float]:
+    """A probe of a process's CPU time (user + system, all threads), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return read
+
+
+async def load(
+    port: int, seconds: float, connections: int, phases: Sequence[str], broker_pid: int
+) -> dict[str, Result]:
     async def echo(conn: Connection, i: int) -> int:
         status, _ = await conn.request("POST", "/v1/echo", {"body": "hello", "n": i})
         if status != 200:
@@ -200,13 +214,21 @@ async def load(port: int, seconds: float, connections: int) -> dict[str, Result]
         ("transactions", transaction, connections),
         ("batch sends", batch, max(4, connections // 8)),
     ):
+        if name.split()[0] not in phases:
+            continue
         results[name] = await run(
-            name, "127.0.0.1", port, operation, connections=conns, seconds=seconds
+            name,
+            "127.0.0.1",
+            port,
+            operation,
+            connections=conns,
+            seconds=seconds,
+            probe=cpu_seconds(broker_pid),
         )
     return results
 
 
-def bench_store(store: str, seconds: float, connections: int) -> None:
+def bench_store(store: str, seconds: float, connections: int, phases: Sequence[str]) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="halfmq-bench-"))
     schema = None
     if store == "sqlite":
@@ -222,20 +244,26 @@ def bench_store(store: str, seconds: float, connections: int) -> None:
     sampler = RssSampler(process.pid)
     sampler.start()
     try:
-        results = asyncio.run(load(port, seconds, connections))
+        results = asyncio.run(load(port, seconds, connections, phases, process.pid))
     finally:
         sampler.running = False
         process.terminate()
         process.wait(timeout=30)
     raw = raw_commit_rate(url, min(seconds, 3.0))
     raw_batch = raw_batch_insert_rate(url, min(seconds, 3.0))
-    echo = results["echo"].rate
+    echo = results["echo"].rate if "echo" in results else float("nan")
     print(f"\n== {store} ({connections} connections, {seconds:.0f} s per phase, flush=sync)")
-    print(f"{'what':<14}{'per second':>12}{'x echo':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    print(
+        f"{'what':<14}{'per second':>12}{'x echo':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+        f"{'broker CPU us/op':>18}"
+    )
     for name, result in results.items():
+        done = result.rate * result.seconds
+        cpu = (result.probed or 0.0) / done * 1e6 if done else float("nan")
         print(
             f"{name:<14}{result.rate:>12,.0f}{result.rate / echo:>9.2f}"
             f"{result.percentile(0.5):>9.1f}{result.percentile(0.99):>9.1f}{result.errors:>8}"
+            f"{cpu:>18,.0f}"
         )
     print(f"{'raw commits':<14}{raw:>12,.0f}{raw / echo:>9.2f}   (single-row INSERT+COMMIT)")
     print(
@@ -255,9 +283,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument(
+        "--phases",
+        default="echo,sends,transactions,batch",
+        help="which loads to run (the ratios need echo)",
+    )
     args = parser.parse_args()
+    phases = [p.strip() for p in args.phases.split(",")]
     for store in args.stores.split(","):
-        bench_store(store.strip(), args.seconds, args.connections)
+        bench_store(store.strip(), args.seconds, args.connections, phases)
 
 
 if __name__ == "__main__":

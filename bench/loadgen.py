@@ -53,6 +53,8 @@ class Result:
     seconds: float
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    # What ``probe`` (e.g. the server's CPU seconds) moved by during the measured window.
+    probed: float | None = None
 
     @property
     def rate(self) -> float:
@@ -77,9 +79,11 @@ async def run(
     connections: int = 64,
     seconds: float = 5.0,
     warmup: float = 1.0,
+    probe: Callable[[], float] | None = None,
 ) -> Result:
     """Run ``operation`` (returns how many operations it did) on every connection until time is up;
-    count only what completes after the warm-up."""
+    count only what completes after the warm-up.  ``probe`` is read at the start and the end of the
+    measured window (``Result.probed``: the difference)."""
     conns = [await Connection.open(host, port) for _ in range(connections)]
     result = Result(name, 0, 0.0)
     start = time.perf_counter()
@@ -103,7 +107,16 @@ async def run(
                 result.operations += done
                 result.latencies.append(ended - began)
 
-    await asyncio.gather(*[worker(c, n) for n, c in enumerate(conns)])
+    async def window(read: Callable[[], float]) -> None:
+        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+        first = read()
+        await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
+        result.probed = read() - first
+
+    tasks = [worker(c, n) for n, c in enumerate(conns)]
+    if probe is not None:
+        tasks.append(window(probe))
+    await asyncio.gather(*tasks)
     result.seconds = seconds
     for conn in conns:
         conn.close()

@@ -162,6 +162,9 @@ class ErrorEnvelope(BaseModel):
 BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
+_ENCODINGS = {encoding.value: encoding for encoding in Encoding}  # cheaper than Encoding(value)
+
+
 class MessageIn(Strict):
     # A base64 body must decode (else 422 INVALID_BODY_ENCODING), as the schema says with if/then.
     model_config = ConfigDict(
@@ -233,17 +236,18 @@ class MessageIn(Strict):
                     "body is not valid Unicode text (a lone surrogate); send bytes as base64",
                     code="INVALID_BODY_ENCODING",
                 ) from None
+        # In field order, positionally: a batch makes up to 1,000 of these per request.
         return MessageDraft(
-            body=body,
-            encoding=Encoding(self.encoding),
-            tags=self.tags,
-            keys=tuple(self.keys),
-            properties=self.properties,
-            sharding_key=self.sharding_key,
-            queue_id=self.queue_id,
-            delay_level=self.delay_level,
-            deliver_at=self.deliver_at,
-            msg_id=self.msg_id,
+            body,
+            _ENCODINGS[self.encoding],
+            self.tags,
+            tuple(self.keys),
+            self.properties,
+            self.sharding_key,
+            self.queue_id,
+            self.delay_level,
+            self.deliver_at,
+            self.msg_id,
         )
 
 

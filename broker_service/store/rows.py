@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import orjson
@@ -46,6 +47,67 @@ MESSAGE_COLUMNS = (
     "reconsume_times",
     "origin_id",
 )
+
+
+# The columns every message has.  A plain message (no tags, keys, properties, sharding key, dedup
+# key, transaction, delay, copy; never consumed) is inserted with these alone and the others take
+# NULL or their default: binding the eleven others, all NULL, was half of SQLite's insert time
+# (256-row statements: 4.7-5.4 us per row with all columns, 2.0-2.5 us with these).
+PLAIN_MESSAGE_COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "msg_id",
+    "body",
+    "encoding",
+    "born_at",
+    "stored_at",
+)
+
+
+def is_plain(m: PendingMessage) -> bool:
+    """Whether the message's other columns are all NULL or their default (see above)."""
+    return (
+        m.tags is None
+        and not m.keys
+        and not m.properties
+        and m.sharding_key is None
+        and m.dedup_key is None
+        and m.content_hash is None
+        and m.transaction_id is None
+        and m.producer_group is None
+        and m.deliver_at is None
+        and not m.reconsume_times
+        and m.origin_id is None
+    )
+
+
+def message_runs(
+    pending: Sequence[PendingMessage],
+) -> Iterator[tuple[bool, list[tuple[Any, ...]]]]:
+    """The messages as rows, cut where they change between plain and not: ``(plain, rows)``,
+    plain rows in ``PLAIN_MESSAGE_COLUMNS`` order, the others in ``MESSAGE_COLUMNS`` order.  Runs
+    keep the messages' order, so their ids (commit-log positions) follow it."""
+    for plain, run in itertools.groupby(pending, key=is_plain):
+        if plain:
+            yield (
+                True,
+                [
+                    (
+                        m.topic,
+                        m.queue_id,
+                        m.queue_offset,
+                        m.msg_id,
+                        m.body,
+                        m.encoding,
+                        m.born_at,
+                        m.stored_at,
+                    )
+                    for m in run
+                ],
+            )
+        else:
+            yield False, [message_row(m) for m in run]
 
 
 def message_row(m: PendingMessage) -> tuple[Any, ...]:

@@ -1,10 +1,11 @@
 """``SqlTx``: the domain's :class:`StoreTx` on one SQLAlchemy connection and transaction.
 
 Appends are written behind: they are buffered during a batch of units of work and written by
-:meth:`SqlTx.flush` with one ``executemany`` per table.  ``flush`` locks the touched queue rows in a
-fixed order (``FOR UPDATE`` on PostgreSQL; SQLite's writer holds the database lock already), hands out
-dense offsets, and only then inserts -- so offsets stay gap-free even with several brokers on one
-PostgreSQL, and every caller learns its offsets before its commit is acknowledged.
+:meth:`SqlTx.flush` with bulk inserts (``store/bulk.py``; plain messages with fewer columns).
+``flush`` locks the touched queue rows in a fixed order (``FOR UPDATE`` on PostgreSQL; SQLite's
+writer holds the database lock already), hands out dense offsets, and only then inserts -- so
+offsets stay gap-free even with several brokers on one PostgreSQL, and every caller learns its
+offsets before its commit is acknowledged.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ class SqlTx(CheckStore, ConsumerStore):
         if self._appended:
             pending, self._appended = self._appended, []
             self._assign_offsets(pending)
-            sql.insert_messages.execute(self.conn, [rows.message_row(m) for m in pending])
+            for plain, run in rows.message_runs(pending):
+                insert = sql.insert_plain_messages if plain else sql.insert_messages
+                insert.execute(self.conn, run)
             sql.insert_message_keys.execute(
                 self.conn,
                 [

@@ -8,7 +8,11 @@ from sqlalchemy import BigInteger, and_, bindparam, func, select, text, tuple_, 
 from broker_service.domain.names import HALF_TOPIC
 from broker_service.store.bulk import BulkInsert
 from broker_service.store.fastpath import Prepared
-from broker_service.store.rows import MESSAGE_COLUMNS, TRANSACTION_COLUMNS
+from broker_service.store.rows import (
+    MESSAGE_COLUMNS,
+    PLAIN_MESSAGE_COLUMNS,
+    TRANSACTION_COLUMNS,
+)
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -54,6 +58,7 @@ take_offsets = Prepared(
 )
 
 insert_messages = BulkInsert(messages, MESSAGE_COLUMNS)
+insert_plain_messages = BulkInsert(messages, PLAIN_MESSAGE_COLUMNS)
 insert_message_keys = BulkInsert(
     message_keys, ("key", "stored_at", "topic", "queue_id", "queue_offset")
 )

@@ -49,6 +49,61 @@ async def test_batch_is_stored_in_order(broker: InProcessBroker) -> None:
     assert offsets == list(range(10))
 
 
+async def test_a_batch_goes_to_one_queue_and_the_next_batch_to_the_next(
+    broker: InProcessBroker,
+) -> None:
+    """RocketMQ's round-robin picks a queue per send: a batch's messages that name no queue and no
+    sharding key share one queue, in order; a message that names one keeps it."""
+    await broker.topic("t", queues=4)
+    batch = {"messages": [{"body": str(i)} for i in range(5)]}
+    first = (await broker.client.post("/v1/topics/t/messages:batch", json=batch)).json()
+    second = (await broker.client.post("/v1/topics/t/messages:batch", json=batch)).json()
+    for results in (first["results"], second["results"]):
+        assert len({r["queue_id"] for r in results}) == 1
+        start = results[0]["queue_offset"]
+        assert [r["queue_offset"] for r in results] == list(range(start, start + 5))
+    assert first["results"][0]["queue_id"] != second["results"][0]["queue_id"]
+    mixed = {"messages": [{"body": "a"}, {"body": "b", "queue_id": 3}, {"body": "c"}]}
+    results = (await broker.client.post("/v1/topics/t/messages:batch", json=mixed)).json()
+    queue_ids = [r["queue_id"] for r in results["results"]]
+    assert queue_ids[1] == 3
+    assert queue_ids[0] == queue_ids[2]
+
+
+async def test_plain_and_other_messages_of_a_batch_are_stored_whole_and_in_order(
+    broker: InProcessBroker,
+) -> None:
+    """Plain messages are inserted with fewer columns (store/rows.py); a batch that mixes them
+    with messages carrying tags, keys and properties keeps every field and the send order."""
+    await broker.topic("t", queues=1)
+    full = {"body": "full", "tags": "A", "keys": ["k1"], "properties": {"p": "v"}}
+    batch = {"messages": [{"body": "p0"}, full, {"body": "p1"}, {"body": "p2"}, full]}
+    results = (await broker.client.post("/v1/topics/t/messages:batch", json=batch)).json()
+    assert [r["queue_offset"] for r in results["results"]] == [0, 1, 2, 3, 4]
+    stored = [
+        (await broker.client.get(f"/v1/messages/{r['msg_id']}")).json() for r in results["results"]
+    ]
+    assert [m["body"] for m in stored] == ["p0", "full", "p1", "p2", "full"]
+    plain = stored[0]
+    assert (plain["tags"], plain["keys"], plain["properties"]) == (None, [], {})
+    assert (plain["reconsume_times"], plain["transaction_id"], plain["deliver_at"]) == (
+        0,
+        None,
+        None,
+    )
+    assert plain["stored_at"] is not None
+    assert plain["born_at"] is not None
+    assert (stored[1]["tags"], stored[1]["keys"], stored[1]["properties"]) == (
+        "A",
+        ["k1"],
+        {"p": "v"},
+    )
+    found = (await broker.client.get("/v1/messages", params={"key": "k1"})).json()
+    assert sorted(m["msg_id"] for m in found["messages"]) == sorted(
+        [results["results"][1]["msg_id"], results["results"][4]["msg_id"]]
+    )
+
+
 async def test_batch_is_all_or_nothing(broker: InProcessBroker) -> None:
     await broker.topic("t", queues=1)
     await broker.client.post("/v1/topics/t/messages", json={"body": "x", "msg_id": "taken"})
