@@ -123,19 +123,18 @@ def raw_commit_rate(url: str, seconds: float) -> float:
 
 def raw_batch_insert_rate(url: str, seconds: float, per_commit: int = 1000) -> float:
     """The ``messages`` table's own ceiling for batch sends: rows shaped like the bench's batch
-    messages, inserted the way the writer inserts them (``insert_messages``) into the broker's
+    messages, inserted the way the writer inserts them (``insert_plain_messages``) into the broker's
     schema (all its indexes), ``per_commit`` rows per commit, same durability settings.  Only the
     insert and the commit are timed: building the rows (Python, the broker's share) is not."""
     from broker_service.domain.ids import new_id
     from broker_service.settings import Flush
     from broker_service.store import statements as sql
     from broker_service.store.engine import make_engine
-    from broker_service.store.rows import MESSAGE_COLUMNS
+    from broker_service.store.rows import PLAIN_MESSAGE_COLUMNS
 
     engine = make_engine(url, flush=Flush.SYNC, writer=True)
     now = int(time.time() * 1000)
-    base = {column: None for column in MESSAGE_COLUMNS}
-    base.update(topic="bench_raw", body=b"hello world", encoding="utf-8", reconsume_times=0)
+    base: dict[str, object] = {"topic": "bench_raw", "body": b"hello world", "encoding": "utf-8"}
     count = 0
     timed = 0.0
     while timed < seconds:
@@ -143,10 +142,10 @@ def raw_batch_insert_rate(url: str, seconds: float, per_commit: int = 1000) -> f
         for n in range(count, count + per_commit):
             values = dict(base, queue_id=n % 8, queue_offset=n // 8, msg_id=new_id())
             values.update(born_at=now, stored_at=now)
-            rows.append(tuple(values[c] for c in MESSAGE_COLUMNS))
+            rows.append(tuple(values[c] for c in PLAIN_MESSAGE_COLUMNS))
         started = time.perf_counter()
-        with engine.begin() as conn:
-            sql.insert_messages.execute(conn, rows)
+        with engine.begin() as conn:  # the batch's rows are plain: the writer's plain insert
+            sql.insert_plain_messages.execute(conn, rows)
         timed += time.perf_counter() - started
         count += per_commit
     engine.dispose()

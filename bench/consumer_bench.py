@@ -11,7 +11,7 @@ For each store it starts a real broker process (flush=sync, the user's defaults)
                the receive answers (p50 / p99 of 50).
 * backlog      ``--backlog`` messages are stored first, then 4 consumers drain them; the broker's
                RSS is sampled during the drain (flat = it does not grow with the backlog).  On
-               SQLite the writer's page cache (``cache_size=-65536`` in store/engine.py, 64 MB)
+               SQLite the writer's page cache (``cache_size=-32768`` in store/engine.py, 32 MB)
                fills while the drain touches new pages: RSS rises by at most that, then stays.
 
 pgqueuer (PyPI) runs its throughput strategy as its ``tools/benchmark.py`` does (psycopg driver,
@@ -153,7 +153,7 @@ async def wake_up(port: int, samples: int, figures: Figures) -> None:
         sender.close()
 
 
-async def backlog(port: int, total: int, sampler: RssSampler, figures: Figures) -> None:
+async def backlog(port: int, total: int, sampler: Sampler, figures: Figures) -> None:
     await _setup(port, "backlog", "backlog-group")
     conn = await Connection.open("127.0.0.1", port)
     payload = {"messages": [{"body": "x" * 100} for _ in range(500)]}

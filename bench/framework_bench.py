@@ -97,7 +97,7 @@ def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
 # -- producers -------------------------------------------------------------------------------------
 
 
-def threaded_rate(work: Callable[[], None], threads: int, seconds: float) -> float:
+def threaded_rate(work: Callable[[], object], threads: int, seconds: float) -> float:
     done = [0] * threads
     deadline = time.monotonic() + seconds
 
