@@ -111,6 +111,10 @@ class _RecordingTx:
         self.topics.add(message.topic)
         self._tx.append(message)
 
+    def append_all(self, messages: Sequence[PendingMessage]) -> None:
+        self.topics.update({message.topic for message in messages})
+        self._tx.append_all(messages)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tx, name)
 

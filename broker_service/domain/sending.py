@@ -247,27 +247,55 @@ class Sender:
         self, topic_name: str, drafts: Sequence[MessageDraft]
     ) -> Callable[[StoreTx], list[SendReceipt]]:
         """Drafts without a client-made msg_id: none can repeat an earlier send, so none is looked
-        up.  The common batch; its unit is the broker's hottest loop, kept to what each message
-        needs."""
+        up.  The common batch, and the broker's hottest loop: the messages are made here, on the
+        caller's side of the group-commit writer, and the unit only places them in a queue."""
+        born = self.clock()
+        messages = [
+            PendingMessage(
+                topic_name,
+                -1,  # the queue: chosen in the unit, where the topic is read
+                new_id(),
+                draft.body,
+                _ENCODING_VALUES[draft.encoding],
+                draft.born_at or born,
+                born,
+                draft.tags,
+                draft.keys,
+                dict(draft.properties) if draft.properties else NO_PROPERTIES,
+                draft.sharding_key,
+            )
+            for draft in drafts
+        ]
+        # Drafts that name a queue, a sharding key or a delay go through the selector and the
+        # schedule topic; a delayed message is made again in the unit (placing one changes it).
+        special = [
+            index
+            for index, draft in enumerate(drafts)
+            if draft.queue_id is not None
+            or draft.sharding_key is not None
+            or draft.delay_level
+            or draft.deliver_at is not None
+        ]
 
         def unit(tx: StoreTx) -> list[SendReceipt]:
             topic = self.topic_for_send(tx, topic_name)
             now = self.clock()
             next_queue = self.selector.next_queue(topic)
-            receipts = []
-            append = tx.append
-            for draft in drafts:
-                message = self.new_message(topic, draft, None, now, next_queue)
-                if draft.delay_level or draft.deliver_at is not None:
-                    deliver_at = self.delay_ms(draft, now)
-                    message = self.placed(message, deliver_at, draft.delay_level)
-                    append(message)
-                    receipts.append(receipt_for(message, duplicate=False))
+            placed = list(messages)
+            for message in placed:
+                message.queue_id = next_queue
+                message.stored_at = now
+            for index in special:
+                draft = drafts[index]
+                deliver_at = self.delay_ms(draft, now)
+                if deliver_at is None:
+                    placed[index].queue_id = self.selector.select(topic, draft, next_queue)
                 else:
-                    append(message)
-                    receipts.append(
-                        SendReceipt(message.msg_id, topic.name, message.queue_id, message, False)
-                    )
-            return receipts
+                    message = self.new_message(topic, draft, None, now, next_queue)
+                    placed[index] = self.placed(message, deliver_at, draft.delay_level)
+            tx.append_all(placed)
+            if not special:
+                return [SendReceipt(m.msg_id, topic_name, next_queue, m, False) for m in placed]
+            return [receipt_for(message, duplicate=False) for message in placed]
 
         return unit

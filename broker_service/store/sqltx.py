@@ -10,6 +10,8 @@ offsets before its commit is acknowledged.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +42,8 @@ from broker_service.store.schema import (
     transactions,
 )
 from broker_service.store.schema import topics as topic_table
+
+_queue_of = operator.attrgetter("topic", "queue_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,38 +104,51 @@ class SqlTx(CheckStore, ConsumerStore):
             )
 
     def _assign_offsets(self, pending: list[PendingMessage]) -> None:
-        wanted = sorted({(m.topic, m.queue_id) for m in pending})
-        if len(wanted) == 1 and self._take_offsets(wanted[0], pending):
-            return
+        # The messages in runs of one queue (a batch's plain messages share one), counted per
+        # queue, so offsets are taken once per queue and handed out per run.
+        runs = [(key, list(run)) for key, run in itertools.groupby(pending, _queue_of)]
+        counts: dict[tuple[str, int], int] = {}
+        for key, run in runs:
+            counts[key] = counts.get(key, 0) + len(run)
+        first = self._take_offsets(counts)
+        for key, run in runs:
+            offset = first[key]
+            for message in run:
+                message.queue_offset = offset
+                offset += 1
+            first[key] = offset
+
+    def _take_offsets(self, counts: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """The first of ``counts[key]`` offsets taken in each queue, locking the queues in a fixed
+        (sorted) order.  SQLite, or a single queue: one ``UPDATE ... RETURNING`` per queue (on
+        SQLite a statement is a call into the library, not a round trip).  Several queues on
+        PostgreSQL: one locking SELECT and one UPDATE for all."""
+        wanted = sorted(counts)
+        first: dict[tuple[str, int], int] = {}
+        if not self._postgres or len(wanted) == 1:
+            for key in wanted:
+                row = sql.take_offsets.first(
+                    self.conn, {"t": key[0], "q": key[1], "n": counts[key]}
+                )
+                if row is not None:
+                    first[key] = int(row["next_offset"]) - counts[key]
+            wanted = [key for key in wanted if key not in first]
+            if not wanted:
+                return first
         next_offsets = self._lock_queues(wanted)
         missing = [key for key in wanted if key not in next_offsets]
-        if missing:
+        if missing:  # a queue without its row yet: make it
             self._insert_queues(missing)
             next_offsets.update(self._lock_queues(missing))
-        start = dict(next_offsets)
-        for message in pending:
-            key = (message.topic, message.queue_id)
-            message.queue_offset = next_offsets[key]
-            next_offsets[key] += 1
-        moved = [(t, q, n) for (t, q), n in next_offsets.items() if n != start[(t, q)]]
+        moved = [(t, q, n + counts[(t, q)]) for (t, q), n in next_offsets.items()]
         if self._postgres:
             topics, queue_ids, offsets = (list(column) for column in zip(*moved, strict=True))
             params = {"topics": topics, "queue_ids": queue_ids, "offsets": offsets}
             self.conn.execute(sql.set_next_offsets_pg, params)
         else:
             self.conn.execute(sql.set_next_offset, [{"t": t, "q": q, "n": n} for t, q, n in moved])
-
-    def _take_offsets(self, key: tuple[str, int], pending: list[PendingMessage]) -> bool:
-        """Everything goes to one queue: lock it and take its offsets in one statement.  False if
-        the queue has no row yet (the general path makes it)."""
-        row = sql.take_offsets.first(self.conn, {"t": key[0], "q": key[1], "n": len(pending)})
-        if row is None:
-            return False
-        offset = int(row["next_offset"]) - len(pending)
-        for message in pending:
-            message.queue_offset = offset
-            offset += 1
-        return True
+        first.update(next_offsets)
+        return first
 
     def _lock_queues(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         query = sql.queues_by_keys_for_update if self._postgres else sql.queues_by_keys
@@ -190,6 +207,12 @@ class SqlTx(CheckStore, ConsumerStore):
         self._appended.append(message)
         if message.dedup_key is not None:
             self._sent[message.dedup_key] = message
+
+    def append_all(self, messages: Sequence[PendingMessage]) -> None:
+        self._appended.extend(messages)
+        for message in messages:
+            if message.dedup_key is not None:
+                self._sent[message.dedup_key] = message
 
     def find_sent(self, dedup_keys: Sequence[str]) -> dict[str, StoredMessage | PendingMessage]:
         found: dict[str, StoredMessage | PendingMessage] = {

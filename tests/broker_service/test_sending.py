@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+from broker_service.domain.queues import queue_for_sharding_key
 from tests.support import InProcessBroker
 
 
@@ -68,6 +69,33 @@ async def test_a_batch_goes_to_one_queue_and_the_next_batch_to_the_next(
     queue_ids = [r["queue_id"] for r in results["results"]]
     assert queue_ids[1] == 3
     assert queue_ids[0] == queue_ids[2]
+
+
+async def test_a_batch_mixing_delays_sharding_keys_and_plain_messages_places_each(
+    broker: InProcessBroker,
+) -> None:
+    await broker.topic("t", queues=4)
+    batch = {
+        "messages": [
+            {"body": "plain"},
+            {"body": "later", "delay_level": 3},
+            {"body": "past", "deliver_at": 1_000},  # already due: stored like a plain message
+            {"body": "keyed", "sharding_key": "order-7"},
+        ]
+    }
+    response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+    assert response.status_code == 201
+    plain, later, past, keyed = response.json()["results"]
+    assert later["queue_offset"] is None
+    assert later["deliver_at"] is not None
+    assert later["topic"] == "t"
+    assert past["queue_id"] == plain["queue_id"]
+    assert past["queue_offset"] == plain["queue_offset"] + 1
+    assert past["deliver_at"] is None
+    assert keyed["queue_id"] == queue_for_sharding_key("order-7", 4)
+    stored = (await broker.client.get(f"/v1/messages/{later['msg_id']}")).json()
+    assert stored["topic"] == "SCHEDULE_TOPIC_XXXX"
+    assert stored["body"] == "later"
 
 
 async def test_plain_and_other_messages_of_a_batch_are_stored_whole_and_in_order(
