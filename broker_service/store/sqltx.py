@@ -34,6 +34,7 @@ from broker_service.store import rows
 from broker_service.store import statements as sql
 from broker_service.store.checks import CheckStore
 from broker_service.store.consumers import ConsumerStore
+from broker_service.store.fastpath import driver_errors
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -119,22 +120,22 @@ class SqlTx(CheckStore, ConsumerStore):
             first[key] = offset
 
     def _take_offsets(self, counts: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """The first of ``counts[key]`` offsets taken in each queue, locking the queues in a fixed
-        (sorted) order.  SQLite, or a single queue: one ``UPDATE ... RETURNING`` per queue (on
-        SQLite a statement is a call into the library, not a round trip).  Several queues on
-        PostgreSQL: one locking SELECT and one UPDATE for all."""
+        """The first of ``counts[key]`` offsets taken in each queue.  SQLite (its writer holds the
+        database lock): one ``UPDATE ... FROM (VALUES ...) RETURNING`` for all.  PostgreSQL locks
+        the queues in a fixed (sorted) order, so brokers sharing it cannot deadlock: one ``UPDATE
+        ... RETURNING`` for a single queue, else one locking SELECT and one UPDATE for all."""
         wanted = sorted(counts)
         first: dict[tuple[str, int], int] = {}
-        if not self._postgres or len(wanted) == 1:
-            for key in wanted:
-                row = sql.take_offsets.first(
-                    self.conn, {"t": key[0], "q": key[1], "n": counts[key]}
-                )
-                if row is not None:
-                    first[key] = int(row["next_offset"]) - counts[key]
-            wanted = [key for key in wanted if key not in first]
-            if not wanted:
-                return first
+        if not self._postgres:
+            first = self._take_offsets_sqlite(wanted, counts)
+        elif len(wanted) == 1:
+            key = wanted[0]
+            row = sql.take_offsets.first(self.conn, {"t": key[0], "q": key[1], "n": counts[key]})
+            if row is not None:
+                first[key] = int(row["next_offset"]) - counts[key]
+        wanted = [key for key in wanted if key not in first]
+        if not wanted:
+            return first
         next_offsets = self._lock_queues(wanted)
         missing = [key for key in wanted if key not in next_offsets]
         if missing:  # a queue without its row yet: make it
@@ -149,6 +150,20 @@ class SqlTx(CheckStore, ConsumerStore):
             self.conn.execute(sql.set_next_offset, [{"t": t, "q": q, "n": n} for t, q, n in moved])
         first.update(next_offsets)
         return first
+
+    def _take_offsets_sqlite(
+        self, wanted: list[tuple[str, int]], counts: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int]:
+        statement = sql.take_offsets_sqlite(len(wanted))
+        values = [value for key in wanted for value in (key[0], key[1], counts[key])]
+        cursor = self.conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            with driver_errors(self.conn, statement):
+                cursor.execute(statement, values)
+                taken = cursor.fetchall()
+        finally:
+            cursor.close()
+        return {(t, q): next_offset - counts[(t, q)] for t, q, next_offset in taken}
 
     def _lock_queues(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         query = sql.queues_by_keys_for_update if self._postgres else sql.queues_by_keys

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from sqlalchemy import BigInteger, and_, bindparam, func, select, text, tuple_, update
 
 from broker_service.domain.names import HALF_TOPIC
@@ -56,6 +58,22 @@ take_offsets = Prepared(
     .values(next_offset=queues.c.next_offset + bindparam("n", type_=BigInteger))
     .returning(queues.c.next_offset)
 )
+
+
+@functools.cache
+def take_offsets_sqlite(queue_count: int) -> str:
+    """SQLite: take offsets in ``queue_count`` queues in one statement, parameters ``(topic,
+    queue_id, n)`` per queue; rows ``(topic, queue_id, next_offset)`` for the queues that exist.
+    One call into the library instead of one per queue: the writer lets go of the GIL in each
+    call and then waits to get it back while the event loop validates a batch."""
+    values = ", ".join(["(?, ?, ?)"] * queue_count)
+    return (
+        "UPDATE queues SET next_offset = queues.next_offset + v.column3"
+        f" FROM (VALUES {values}) AS v"
+        " WHERE queues.topic = v.column1 AND queues.queue_id = v.column2"
+        " RETURNING topic, queue_id, next_offset"
+    )
+
 
 insert_messages = BulkInsert(messages, MESSAGE_COLUMNS)
 insert_plain_messages = BulkInsert(messages, PLAIN_MESSAGE_COLUMNS)

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 
+from broker_service.domain.model import PendingMessage, Topic
 from broker_service.settings import Flush
 from broker_service.store import statements as sql
 from broker_service.store.bulk import chunk_sizes
@@ -14,6 +15,7 @@ from broker_service.store.engine import make_engine
 from broker_service.store.fastpath import Prepared
 from broker_service.store.rows import MESSAGE_COLUMNS
 from broker_service.store.schema import messages
+from broker_service.store.sqltx import SqlTx
 
 
 def _row(offset: int, msg_id: str) -> tuple[object, ...]:
@@ -77,5 +79,32 @@ def test_bulk_insert_of_more_rows_than_one_statement_takes_keeps_them_all_in_ord
         assert [(offset, msg_id) for offset, msg_id in stored] == [
             (n, f"m{n}") for n in range(count)
         ]
+    finally:
+        engine.dispose()
+
+
+def test_offsets_taken_in_several_queues_at_once_stay_dense_per_queue(migrated_url: str) -> None:
+    """One flush spanning queues (several batches, each in its own queue, and a queue without its
+    row yet) hands out each queue's next offsets, gap-free, in the order the messages came."""
+    engine = make_engine(migrated_url, flush=Flush.SYNC, writer=True)
+
+    def message(queue_id: int, n: int) -> PendingMessage:
+        return PendingMessage("t", queue_id, f"m-{queue_id}-{n}", b"x", "utf-8", 1, 1)
+
+    try:
+        with engine.begin() as conn:
+            SqlTx(conn).create_topic(Topic("t", 2, False, 6, False, 0))
+        with engine.begin() as conn:
+            tx = SqlTx(conn)
+            first = [message(0, 0), message(0, 1), message(1, 0), message(0, 2)]
+            tx.append_all(first)
+            tx.flush()
+        assert [m.queue_offset for m in first] == [0, 1, 0, 2]
+        with engine.begin() as conn:
+            tx = SqlTx(conn)
+            second = [message(1, 1), message(5, 0), message(0, 3), message(5, 1)]  # 5: no row yet
+            tx.append_all(second)
+            tx.flush()
+        assert [m.queue_offset for m in second] == [1, 0, 3, 1]
     finally:
         engine.dispose()
