@@ -73,7 +73,7 @@ def run(settings: BrokerSettings) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     uvicorn.run(
-        create_app(settings, freeze_heap=True),
+        create_app(settings, server_gc=True),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
