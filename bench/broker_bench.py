@@ -1,6 +1,7 @@
 """Broker throughput on SQLite and PostgreSQL, as ratios to an echo ceiling measured in the same run.
 
     python bench/broker_bench.py [--seconds 5] [--connections 64] [--stores sqlite,postgresql]
+                                 [--phases echo,sends,transactions,batch]
 
 For each store it starts a real broker process (uvicorn, the same settings a user gets, flush=sync)
 and loads it over loopback from this process with many keep-alive connections:
@@ -14,7 +15,8 @@ and loads it over loopback from this process with many keep-alive connections:
                schema, the writer's own insert; the insert and commit timed, not building the
                rows): the store's ceiling for batch sends.
 
-It prints rates, p50/p99 latency, each rate as a ratio to echo, and the broker's peak RSS.
+It prints rates, p50/p99 latency, each rate as a ratio to echo, the broker's CPU (all threads, from
+/proc) per operation in the measured window, and the broker's peak RSS.
 """
 
 from __future__ import annotations
