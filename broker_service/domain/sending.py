@@ -61,6 +61,23 @@ def receipt_for(message: Message, *, duplicate: bool) -> SendReceipt:
     return SendReceipt(message.msg_id, message.topic, message.queue_id, message, duplicate)
 
 
+def _pending(topic: str, queue_id: int, draft: MessageDraft, now: int) -> PendingMessage:
+    """The message a draft becomes (positionally: a batch makes up to 1,000 per request)."""
+    return PendingMessage(
+        topic,
+        queue_id,
+        draft.msg_id or new_id(),
+        draft.body,
+        _ENCODING_VALUES[draft.encoding],
+        draft.born_at or now,
+        now,
+        draft.tags,
+        draft.keys,
+        dict(draft.properties) if draft.properties else NO_PROPERTIES,
+        draft.sharding_key,
+    )
+
+
 class Sender:
     """Builds the units of work of sending; shared by plain sends and halves."""
 
@@ -176,20 +193,8 @@ class Sender:
         next_queue: int | None = None,
     ) -> PendingMessage:
         """``next_queue``: the send's round-robin pick, for a draft that names no queue."""
-        message = PendingMessage(
-            topic=topic.name,
-            queue_id=self.selector.select(topic, draft, next_queue),
-            msg_id=draft.msg_id or new_id(),
-            body=draft.body,
-            encoding=_ENCODING_VALUES[draft.encoding],
-            born_at=draft.born_at or now,
-            stored_at=now,
-            tags=draft.tags,
-            keys=draft.keys,
-            properties=dict(draft.properties) if draft.properties else NO_PROPERTIES,
-            sharding_key=draft.sharding_key,
-            content_hash=content_hash,
-        )
+        message = _pending(topic.name, self.selector.select(topic, draft, next_queue), draft, now)
+        message.content_hash = content_hash
         if draft.msg_id is not None:
             message.dedup_key = draft.msg_id  # a client-made id can come again: dedup it
         return message
@@ -250,22 +255,8 @@ class Sender:
         up.  The common batch, and the broker's hottest loop: the messages are made here, on the
         caller's side of the group-commit writer, and the unit only places them in a queue."""
         born = self.clock()
-        messages = [
-            PendingMessage(
-                topic_name,
-                -1,  # the queue: chosen in the unit, where the topic is read
-                new_id(),
-                draft.body,
-                _ENCODING_VALUES[draft.encoding],
-                draft.born_at or born,
-                born,
-                draft.tags,
-                draft.keys,
-                dict(draft.properties) if draft.properties else NO_PROPERTIES,
-                draft.sharding_key,
-            )
-            for draft in drafts
-        ]
+        # The queue is chosen in the unit, where the topic is read.
+        messages = [_pending(topic_name, -1, draft, born) for draft in drafts]
         # Drafts that name a queue, a sharding key or a delay go through the selector and the
         # schedule topic; a delayed message is made again in the unit (placing one changes it).
         special = [
@@ -294,8 +285,6 @@ class Sender:
                     message = self.new_message(topic, draft, None, now, next_queue)
                     placed[index] = self.placed(message, deliver_at, draft.delay_level)
             tx.append_all(placed)
-            if not special:
-                return [SendReceipt(m.msg_id, topic_name, next_queue, m, False) for m in placed]
             return [receipt_for(message, duplicate=False) for message in placed]
 
         return unit

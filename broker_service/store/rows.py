@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -90,24 +91,12 @@ def message_runs(
     keep the messages' order, so their ids (commit-log positions) follow it."""
     for plain, run in itertools.groupby(pending, key=is_plain):
         if plain:
-            yield (
-                True,
-                [
-                    (
-                        m.topic,
-                        m.queue_id,
-                        m.queue_offset,
-                        m.msg_id,
-                        m.body,
-                        m.encoding,
-                        m.born_at,
-                        m.stored_at,
-                    )
-                    for m in run
-                ],
-            )
+            yield True, [_plain_row(m) for m in run]
         else:
             yield False, [message_row(m) for m in run]
+
+
+_plain_row = operator.attrgetter(*PLAIN_MESSAGE_COLUMNS)  # a message's plain row, as a tuple
 
 
 def message_row(m: PendingMessage) -> tuple[Any, ...]:

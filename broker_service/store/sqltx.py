@@ -219,9 +219,7 @@ class SqlTx(CheckStore, ConsumerStore):
     # -- messages -------------------------------------------------------------------------------
 
     def append(self, message: PendingMessage) -> None:
-        self._appended.append(message)
-        if message.dedup_key is not None:
-            self._sent[message.dedup_key] = message
+        self.append_all((message,))
 
     def append_all(self, messages: Sequence[PendingMessage]) -> None:
         self._appended.extend(messages)
