@@ -17,7 +17,7 @@ from broker_service.api.schemas import (
     TransactionOut,
     rfc3339,
 )
-from broker_service.domain.model import StoredMessage, TransactionRecord
+from broker_service.domain.model import PlainBatch, StoredMessage, TransactionRecord
 from broker_service.domain.sending import SendReceipt
 from broker_service.domain.service import MessageLife
 from broker_service.domain.topics import TopicView
@@ -88,6 +88,23 @@ def receipt_dict(receipt: SendReceipt) -> dict[str, Any]:
         "duplicate": receipt.duplicate,
         "deliver_at": rfc3339(receipt.deliver_at),
     }
+
+
+def plain_receipt_dicts(batch: PlainBatch) -> list[dict[str, Any]]:
+    """``SendResultOut`` for each message of a plain batch: one queue, consecutive offsets."""
+    topic, queue_id, first = batch.topic, batch.queue_id, batch.first_offset
+    return [
+        {
+            "msg_id": msg_id,
+            "topic": topic,
+            "queue_id": queue_id,
+            "queue_offset": offset,
+            "status": "SEND_OK",
+            "duplicate": False,
+            "deliver_at": None,
+        }
+        for offset, msg_id in enumerate(batch.msg_ids, first)
+    ]
 
 
 def topic_out(view: TopicView) -> TopicOut:

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from broker_service.domain.errors import InvalidRequest
-from broker_service.domain.model import RESERVED_PROPERTIES, Encoding, MessageDraft
+from broker_service.domain.model import RESERVED_PROPERTIES, Encoding, MessageDraft, PlainBatch
 from broker_service.settings import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 # Epoch milliseconds a time may take: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z (RFC 3339's years).
@@ -220,25 +220,26 @@ class MessageIn(Strict):
 
     _numbers = field_validator("queue_id", "delay_level", mode="before")(_json_number)
 
-    def to_draft(self) -> MessageDraft:
+    def body_bytes(self) -> bytes:
         if self.encoding == "base64":
             try:
-                body = base64.b64decode(self.body, validate=True)
+                return base64.b64decode(self.body, validate=True)
             except (binascii.Error, ValueError):
                 raise InvalidRequest(
                     "body is not valid base64", code="INVALID_BODY_ENCODING"
                 ) from None
-        else:
-            try:
-                body = self.body.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidRequest(
-                    "body is not valid Unicode text (a lone surrogate); send bytes as base64",
-                    code="INVALID_BODY_ENCODING",
-                ) from None
+        try:
+            return self.body.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest(
+                "body is not valid Unicode text (a lone surrogate); send bytes as base64",
+                code="INVALID_BODY_ENCODING",
+            ) from None
+
+    def to_draft(self) -> MessageDraft:
         # In field order, positionally: a batch makes up to 1,000 of these per request.
         return MessageDraft(
-            body,
+            self.body_bytes(),
             _ENCODINGS[self.encoding],
             self.tags,
             tuple(self.keys),
@@ -269,8 +270,22 @@ class MessageOut(BaseModel):
     transaction_id: str | None = None
 
 
+# The fields a message of a plain batch may have set (a client may also say "encoding").
+_PLAIN_FIELDS = frozenset({"body", "encoding"})
+
+
 class BatchIn(Strict):
     messages: list[MessageIn] = Field(min_length=1, max_length=1000)
+
+    def plain_batch(self) -> PlainBatch | None:
+        """The batch as columns when every message is a body alone (see :class:`PlainBatch`),
+        else None: the messages then go one draft each."""
+        bodies: list[bytes] = []
+        for message in self.messages:
+            if not message.model_fields_set <= _PLAIN_FIELDS:
+                return None
+            bodies.append(message.body_bytes())
+        return PlainBatch(bodies, [m.encoding for m in self.messages])
 
 
 class SendResultOut(BaseModel):

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
-from broker_service.domain.model import PendingMessage
+from broker_service.domain.model import PendingMessage, PlainBatch
 from broker_service.domain.ports import Store, StoreTx
 
 T = TypeVar("T")
@@ -114,6 +114,10 @@ class _RecordingTx:
     def append_all(self, messages: Sequence[PendingMessage]) -> None:
         self.topics.update({message.topic for message in messages})
         self._tx.append_all(messages)
+
+    def append_batch(self, batch: PlainBatch) -> None:
+        self.topics.add(batch.topic)
+        self._tx.append_batch(batch)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tx, name)

@@ -151,6 +151,26 @@ class PendingMessage:
     queue_offset: int = -1
 
 
+@dataclass(slots=True)
+class PlainBatch:
+    """The messages of one send that carry a body and nothing else (no tags, keys, properties,
+    sharding key, queue, delay or client-made msg_id), kept as columns: the common batch.
+
+    Like a RocketMQ ``MessageBatch`` it is stored in one queue at consecutive offsets, so a send
+    makes no record per message and is answered with the queue and the first offset.  The sender
+    fills the ids, the queue and the times; the store fills ``first_offset`` when it writes the
+    batch, before the send is acknowledged."""
+
+    bodies: list[bytes]
+    encodings: list[str]  # Encoding values, one per body
+    topic: str = ""
+    msg_ids: list[str] = field(default_factory=list)
+    queue_id: int = -1
+    born_at: int = 0
+    stored_at: int = 0
+    first_offset: int = -1
+
+
 class StoredMessage(NamedTuple):
     id: int
     topic: str

@@ -19,6 +19,7 @@ from broker_service.domain.model import (
     Encoding,
     MessageDraft,
     PendingMessage,
+    PlainBatch,
     StoredMessage,
     Topic,
 )
@@ -107,13 +108,7 @@ class Sender:
                     f"properties {sorted(reserved)} are reserved for the broker",
                     code="RESERVED_PROPERTY",
                 )
-        if size > self.config.max_message_bytes:
-            raise MessageTooLarge(
-                f"message of {size} bytes is over max_message_bytes "
-                f"({self.config.max_message_bytes})",
-                size=size,
-                limit=self.config.max_message_bytes,
-            )
+        self.check_size(size)
         if draft.delay_level is not None:
             levels = len(self.config.delay_levels_ms)
             if not 0 <= draft.delay_level <= levels:
@@ -121,6 +116,15 @@ class Sender:
                     f"delay_level must be 1-{levels} (0 or null: no delay)",
                     code="INVALID_DELAY_LEVEL",
                 )
+
+    def check_size(self, size: int) -> None:
+        if size > self.config.max_message_bytes:
+            raise MessageTooLarge(
+                f"message of {size} bytes is over max_message_bytes "
+                f"({self.config.max_message_bytes})",
+                size=size,
+                limit=self.config.max_message_bytes,
+            )
 
     def topic_for_send(self, tx: StoreTx, name: str) -> Topic:
         names.check_user_topic(name)
@@ -286,5 +290,24 @@ class Sender:
                     placed[index] = self.placed(message, deliver_at, draft.delay_level)
             tx.append_all(placed)
             return [receipt_for(message, duplicate=False) for message in placed]
+
+        return unit
+
+    def send_plain(self, topic_name: str, batch: PlainBatch) -> Callable[[StoreTx], PlainBatch]:
+        """A batch of bodies alone (see :class:`PlainBatch`), all stored, in order, or none.  Its
+        ids are made here, on the caller's side of the group-commit writer; the unit only picks
+        the queue (the send's round-robin pick, as for ``_send_new``) and stamps the store time."""
+        names.check_user_topic(topic_name)
+        self.check_size(max(map(len, batch.bodies), default=0))
+        batch.topic = topic_name
+        batch.born_at = self.clock()
+        batch.msg_ids = [new_id() for _ in batch.bodies]
+
+        def unit(tx: StoreTx) -> PlainBatch:
+            topic = self.topic_for_send(tx, topic_name)
+            batch.queue_id = self.selector.next_queue(topic)
+            batch.stored_at = self.clock()
+            tx.append_batch(batch)
+            return batch
 
         return unit

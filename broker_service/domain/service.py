@@ -16,6 +16,7 @@ from broker_service.domain.errors import NotFound
 from broker_service.domain.model import (
     Decision,
     MessageDraft,
+    PlainBatch,
     ProducerInstance,
     ResolvedBy,
     StoredMessage,
@@ -67,6 +68,10 @@ class BrokerService:
 
     async def send(self, topic: str, drafts: Sequence[MessageDraft]) -> list[SendReceipt]:
         return await self.store.write(self.sender.send(topic, drafts))
+
+    async def send_plain(self, topic: str, batch: PlainBatch) -> PlainBatch:
+        """A batch of bodies alone: :meth:`send` without a record per message."""
+        return await self.store.write(self.sender.send_plain(topic, batch))
 
     # -- transactions ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from sqlalchemy import Row
 
 from broker_service.domain.model import (
     PendingMessage,
+    PlainBatch,
     ProducerInstance,
     ResolvedBy,
     StoredMessage,
@@ -66,8 +67,10 @@ PLAIN_MESSAGE_COLUMNS = (
 )
 
 
-def is_plain(m: PendingMessage) -> bool:
+def is_plain(m: PendingMessage | PlainBatch) -> bool:
     """Whether the message's other columns are all NULL or their default (see above)."""
+    if isinstance(m, PlainBatch):
+        return True
     return (
         m.tags is None
         and not m.keys
@@ -84,16 +87,38 @@ def is_plain(m: PendingMessage) -> bool:
 
 
 def message_runs(
-    pending: Sequence[PendingMessage],
+    pending: Sequence[PendingMessage | PlainBatch],
 ) -> Iterator[tuple[bool, list[tuple[Any, ...]]]]:
     """The messages as rows, cut where they change between plain and not: ``(plain, rows)``,
     plain rows in ``PLAIN_MESSAGE_COLUMNS`` order, the others in ``MESSAGE_COLUMNS`` order.  Runs
     keep the messages' order, so their ids (commit-log positions) follow it."""
     for plain, run in itertools.groupby(pending, key=is_plain):
         if plain:
-            yield True, [_plain_row(m) for m in run]
+            plain_rows: list[tuple[Any, ...]] = []
+            for m in run:
+                if isinstance(m, PlainBatch):
+                    plain_rows.extend(batch_rows(m))
+                else:
+                    plain_rows.append(_plain_row(m))
+            yield True, plain_rows
         else:
-            yield False, [message_row(m) for m in run]
+            yield False, [message_row(cast(PendingMessage, m)) for m in run]
+
+
+def batch_rows(b: PlainBatch) -> Iterator[tuple[Any, ...]]:
+    """A plain batch's rows, in ``PLAIN_MESSAGE_COLUMNS`` order, zipped from its columns."""
+    count = len(b.msg_ids)
+    return zip(
+        itertools.repeat(b.topic, count),
+        itertools.repeat(b.queue_id, count),
+        range(b.first_offset, b.first_offset + count),
+        b.msg_ids,
+        b.bodies,
+        b.encodings,
+        itertools.repeat(b.born_at, count),
+        itertools.repeat(b.stored_at, count),
+        strict=True,
+    )
 
 
 _plain_row = operator.attrgetter(*PLAIN_MESSAGE_COLUMNS)  # a message's plain row, as a tuple

@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from broker_service.domain.model import (
     PendingMessage,
+    PlainBatch,
     QueueInfo,
     ResolvedBy,
     StoredMessage,
@@ -47,6 +48,10 @@ from broker_service.store.schema import topics as topic_table
 _queue_of = operator.attrgetter("topic", "queue_id")
 
 
+def _count(appended: PendingMessage | PlainBatch) -> int:
+    return len(appended.msg_ids) if isinstance(appended, PlainBatch) else 1
+
+
 @dataclass(frozen=True, slots=True)
 class Mark:
     """Where the buffers stood before a unit of work, to drop what a failed unit appended."""
@@ -60,7 +65,7 @@ class SqlTx(CheckStore, ConsumerStore):
         self.conn = conn
         self._postgres = conn.dialect.name == "postgresql"
         self._topics: dict[str, Topic | None] = {}
-        self._appended: list[PendingMessage] = []
+        self._appended: list[PendingMessage | PlainBatch] = []
         self._sent: dict[str, PendingMessage] = {}
         self._transactions: list[tuple[TransactionRecord, PendingMessage]] = []
         # Transactions (with their halves) looked up ahead for the units of a batch; each is
@@ -74,7 +79,7 @@ class SqlTx(CheckStore, ConsumerStore):
 
     def rollback_to(self, mark: Mark) -> None:
         for message in self._appended[mark.appended :]:
-            if message.dedup_key is not None:
+            if isinstance(message, PendingMessage) and message.dedup_key is not None:
                 self._sent.pop(message.dedup_key, None)
         del self._appended[mark.appended :]
         del self._transactions[mark.transactions :]
@@ -92,7 +97,7 @@ class SqlTx(CheckStore, ConsumerStore):
                 [
                     (key, m.stored_at, m.topic, m.queue_id, m.queue_offset)
                     for m in pending
-                    if m.keys
+                    if isinstance(m, PendingMessage) and m.keys
                     for key in dict.fromkeys(m.keys)
                 ],
             )
@@ -104,19 +109,23 @@ class SqlTx(CheckStore, ConsumerStore):
                 [rows.transaction_row(record, half.queue_offset) for record, half in records],
             )
 
-    def _assign_offsets(self, pending: list[PendingMessage]) -> None:
+    def _assign_offsets(self, pending: list[PendingMessage | PlainBatch]) -> None:
         # The messages in runs of one queue (a batch's plain messages share one), counted per
         # queue, so offsets are taken once per queue and handed out per run.
         runs = [(key, list(run)) for key, run in itertools.groupby(pending, _queue_of)]
         counts: dict[tuple[str, int], int] = {}
         for key, run in runs:
-            counts[key] = counts.get(key, 0) + len(run)
+            counts[key] = counts.get(key, 0) + sum(map(_count, run))
         first = self._take_offsets(counts)
         for key, run in runs:
             offset = first[key]
             for message in run:
-                message.queue_offset = offset
-                offset += 1
+                if isinstance(message, PlainBatch):
+                    message.first_offset = offset
+                    offset += len(message.msg_ids)
+                else:
+                    message.queue_offset = offset
+                    offset += 1
             first[key] = offset
 
     def _take_offsets(self, counts: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
@@ -227,6 +236,10 @@ class SqlTx(CheckStore, ConsumerStore):
             if message.dedup_key is not None:
                 self._sent[message.dedup_key] = message
 
+    def append_batch(self, batch: PlainBatch) -> None:
+        # Nothing to register: a plain batch has no client-made ids to dedup, no transaction.
+        self._appended.append(batch)
+
     def find_sent(self, dedup_keys: Sequence[str]) -> dict[str, StoredMessage | PendingMessage]:
         found: dict[str, StoredMessage | PendingMessage] = {
             k: self._sent[k] for k in dedup_keys if k in self._sent
@@ -303,7 +316,11 @@ class SqlTx(CheckStore, ConsumerStore):
         self, transaction_id: str, topic: str
     ) -> StoredMessage | PendingMessage | None:
         for message in self._appended:
-            if message.transaction_id == transaction_id and message.topic == topic:
+            if (
+                isinstance(message, PendingMessage)
+                and message.transaction_id == transaction_id
+                and message.topic == topic
+            ):
                 return message
         params = {"transaction_id": transaction_id, "topic": topic}
         row = sql.message_of_transaction.first(self.conn, params)

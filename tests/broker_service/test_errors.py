@@ -7,6 +7,7 @@ take that many concurrent writes behind a stalled store.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -58,9 +59,13 @@ async def post_json(broker: InProcessBroker, path: str, raw: str | bytes) -> htt
         pytest.param("[" * 5000 + "]" * 5000, id="nested-too-deep"),
     ],
 )
-async def test_malformed_json_is_400_invalid_json(broker: InProcessBroker, raw: str) -> None:
+@pytest.mark.parametrize("path", ["/v1/topics/t/messages", "/v1/topics/t/messages:batch"])
+async def test_malformed_json_is_400_invalid_json(
+    broker: InProcessBroker, raw: str, path: str
+) -> None:
+    # The batch route validates its body from the bytes itself (api/bodies.py): same answers.
     await broker.topic("t")
-    assert_error(await post_json(broker, "/v1/topics/t/messages", raw), 400, "INVALID_JSON")
+    assert_error(await post_json(broker, path, raw), 400, "INVALID_JSON")
 
 
 @pytest.mark.parametrize(
@@ -153,6 +158,13 @@ async def test_wrong_types_and_values_are_422_invalid_request(
         await post_json(broker, "/v1/topics/t/messages", raw), 422, "INVALID_REQUEST"
     )
     assert any(where in error["loc"] for error in detail["errors"]), detail
+    # The batch route parses its body itself: the same message in a batch, the same answer.
+    batch = json.dumps({"messages": [{"body": "fine"}, body]})
+    detail = assert_error(
+        await post_json(broker, "/v1/topics/t/messages:batch", batch), 422, "INVALID_REQUEST"
+    )
+    assert any(error["loc"][:3] == ["body", "messages", 1] for error in detail["errors"]), detail
+    assert any(where in error["loc"] for error in detail["errors"]), detail
 
 
 @pytest.mark.parametrize(
@@ -168,6 +180,49 @@ async def test_non_finite_numbers_are_422(broker: InProcessBroker, raw: str, whe
         await post_json(broker, "/v1/topics/t/messages", raw), 422, "INVALID_REQUEST"
     )
     assert any(where in error["loc"] for error in detail["errors"]), detail
+    batch = '{"messages": [' + raw + "]}"
+    detail = assert_error(
+        await post_json(broker, "/v1/topics/t/messages:batch", batch), 422, "INVALID_REQUEST"
+    )
+    assert any(where in error["loc"] for error in detail["errors"]), detail
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type"),
+    [
+        pytest.param(b"", "application/json", id="empty"),
+        pytest.param(b'{"messages": [{"body": "x"}]}', None, id="no-content-type"),
+        pytest.param(b'{"messages": [{"body": "x"}]}', "text/plain", id="text-plain"),
+        pytest.param(b"{}", "application/json", id="no-messages"),
+        pytest.param(b'{"messages": []}', "application/json", id="zero-messages"),
+        pytest.param(b'{"messages": {"body": "x"}}', "application/json", id="not-a-list"),
+        pytest.param(b"[]", "application/json", id="not-an-object"),
+        pytest.param(b'{"messages": [], "extra": 1}', "application/json", id="unknown-field"),
+    ],
+)
+async def test_a_batch_body_that_is_not_a_batch_is_422(
+    broker: InProcessBroker, raw: bytes, content_type: str | None
+) -> None:
+    """What a FastAPI body parameter answers, from the route that parses its own body."""
+    await broker.topic("t")
+    headers = {"content-type": content_type} if content_type else {}
+    response = await broker.client.post("/v1/topics/t/messages:batch", content=raw, headers=headers)
+    detail = assert_error(response, 422, "INVALID_REQUEST")
+    assert all(error["loc"][0] == "body" for error in detail["errors"]), detail
+    topic = (await broker.client.get("/v1/topics/t")).json()
+    assert all(q["max_offset"] == 0 for q in topic["queue_offsets"]), "nothing stored"
+
+
+async def test_a_batch_of_a_thousand_and_one_is_422(broker: InProcessBroker) -> None:
+    await broker.topic("t")
+    batch = {"messages": [{"body": "x"}] * 1001}
+    response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+    assert_error(response, 422, "INVALID_REQUEST")
+    ok = await broker.client.post(
+        "/v1/topics/t/messages:batch", json={"messages": batch["messages"][:1000]}
+    )
+    assert ok.status_code == 201
+    assert len(ok.json()["results"]) == 1000
 
 
 @pytest.mark.parametrize(
@@ -334,13 +389,34 @@ async def test_a_message_over_max_message_bytes_is_413(small_broker: InProcessBr
     )
 
 
+async def test_a_batch_message_over_max_message_bytes_is_413_and_stores_nothing(
+    small_broker: InProcessBroker,
+) -> None:
+    """A batch of bodies alone (sent as columns) is checked as its messages are one by one."""
+    for encoding, big in (
+        ("utf-8", "x" * 1001),
+        ("base64", base64.b64encode(b"y" * 1001).decode()),
+    ):
+        batch = {"messages": [{"body": "ok"}, {"body": big, "encoding": encoding}]}
+        response = await small_broker.client.post("/v1/topics/t/messages:batch", json=batch)
+        detail = assert_error(response, 413, "MESSAGE_TOO_LARGE")
+        assert (detail["limit"], detail["size"]) == (SMALL, 1001)
+    just = {"messages": [{"body": "x" * SMALL}, {"body": "ok"}]}
+    assert (await small_broker.client.post("/v1/topics/t/messages:batch", json=just)).is_success
+    topic = (await small_broker.client.get("/v1/topics/t")).json()
+    assert sum(q["max_offset"] for q in topic["queue_offsets"]) == 2, "only the batch under it"
+
+
 async def test_a_body_declared_over_the_limit_is_413(small_broker: InProcessBroker) -> None:
     body = json.dumps({"body": "x" * 70_000})
     response = await post_json(small_broker, "/v1/topics/t/messages", body)
     assert_error(response, 413, "MESSAGE_TOO_LARGE")
 
 
-async def test_a_streamed_body_over_the_limit_is_413(small_broker: InProcessBroker) -> None:
+@pytest.mark.parametrize("path", ["/v1/topics/t/messages", "/v1/topics/t/messages:batch"])
+async def test_a_streamed_body_over_the_limit_is_413(
+    small_broker: InProcessBroker, path: str
+) -> None:
     """No Content-Length: the limit is counted as the chunks arrive."""
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -350,7 +426,7 @@ async def test_a_streamed_body_over_the_limit_is_413(small_broker: InProcessBrok
         yield b'"}'
 
     response = await small_broker.client.post(
-        "/v1/topics/t/messages", content=chunks(), headers={"content-type": "application/json"}
+        path, content=chunks(), headers={"content-type": "application/json"}
     )
     assert "content-length" not in response.request.headers
     assert_error(response, 413, "MESSAGE_TOO_LARGE")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 from broker_service.domain.queues import queue_for_sharding_key
@@ -216,3 +217,114 @@ async def test_find_by_key_and_time_range(broker: InProcessBroker) -> None:
     assert future["messages"] == []
     by_ms = (await broker.client.get("/v1/messages", params={"key": "k", "end": 0})).json()
     assert by_ms["messages"] == []
+
+
+# -- plain batches: bodies alone, sent as columns (domain/model.py PlainBatch) ---------------------
+
+
+async def test_a_plain_batch_stores_each_body_with_its_encoding(broker: InProcessBroker) -> None:
+    await broker.topic("t", queues=3)
+    raw = bytes(range(256))
+    batch = {
+        "messages": [
+            {"body": "text"},
+            {"body": base64.b64encode(raw).decode(), "encoding": "base64"},
+            {"body": "said utf-8", "encoding": "utf-8"},
+            {"body": "ünïcødé ✓"},
+        ]
+    }
+    response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+    assert response.status_code == 201
+    results = response.json()["results"]
+    assert len({r["msg_id"] for r in results}) == 4
+    assert len({r["queue_id"] for r in results}) == 1
+    first = results[0]["queue_offset"]
+    assert [r["queue_offset"] for r in results] == [first, first + 1, first + 2, first + 3]
+    for result in results:
+        assert (result["topic"], result["status"], result["duplicate"]) == ("t", "SEND_OK", False)
+        assert result["deliver_at"] is None
+    stored = [(await broker.client.get(f"/v1/messages/{r['msg_id']}")).json() for r in results]
+    assert [m["body"] for m in stored] == [
+        "text",
+        base64.b64encode(raw).decode(),
+        "said utf-8",
+        "ünïcødé ✓",
+    ]
+    assert [m["encoding"] for m in stored] == ["utf-8", "base64", "utf-8", "utf-8"]
+    for message, result in zip(stored, results, strict=True):
+        assert (message["queue_id"], message["queue_offset"]) == (
+            result["queue_id"],
+            result["queue_offset"],
+        )
+        assert (message["tags"], message["keys"], message["properties"]) == (None, [], {})
+        assert message["born_at"] <= message["stored_at"]
+
+
+async def test_plain_batches_committed_with_other_sends_keep_offsets_dense(
+    broker: InProcessBroker,
+) -> None:
+    """Plain batches, single sends and batches with keys, concurrently, so group commits mix
+    them: each queue's offsets are dense and unique, and every receipt names its own message."""
+    await broker.topic("t", queues=3)
+
+    async def plain(i: int) -> list[dict[str, object]]:
+        batch = {"messages": [{"body": f"p{i}-{n}"} for n in range(7)]}
+        response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+        assert response.status_code == 201, response.text
+        results: list[dict[str, object]] = response.json()["results"]
+        return results
+
+    async def single(i: int) -> list[dict[str, object]]:
+        response = await broker.client.post("/v1/topics/t/messages", json={"body": f"s{i}"})
+        assert response.status_code == 201, response.text
+        return [response.json()]
+
+    async def keyed(i: int) -> list[dict[str, object]]:
+        batch = {"messages": [{"body": f"k{i}-{n}", "keys": [f"k{i}"]} for n in range(3)]}
+        response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+        assert response.status_code == 201, response.text
+        results: list[dict[str, object]] = response.json()["results"]
+        return results
+
+    sends = [send(i) for i in range(20) for send in (plain, single, keyed)]
+    receipts = [r for results in await asyncio.gather(*sends) for r in results]
+    assert len(receipts) == 20 * (7 + 1 + 3)
+    by_queue: dict[object, list[object]] = {}
+    for receipt in receipts:
+        by_queue.setdefault(receipt["queue_id"], []).append(receipt["queue_offset"])
+    topic = (await broker.client.get("/v1/topics/t")).json()
+    for queue in topic["queue_offsets"]:
+        offsets = sorted(by_queue.get(queue["queue_id"], []))  # type: ignore[type-var]
+        assert offsets == list(range(queue["max_offset"])), queue
+    for receipt in receipts[::13]:
+        stored = (await broker.client.get(f"/v1/messages/{receipt['msg_id']}")).json()
+        assert (stored["queue_id"], stored["queue_offset"]) == (
+            receipt["queue_id"],
+            receipt["queue_offset"],
+        )
+
+
+async def test_a_failing_plain_batch_leaves_its_group_commit_whole(migrated_url: str) -> None:
+    """Plain batches to a topic that does not exist fail (404) in the same group commits as good
+    ones: the good ones are stored whole, their offsets dense; nothing of the others is."""
+    async with InProcessBroker.start(database_url=migrated_url, auto_create_topics=False) as broker:
+        await broker.topic("t", queues=2)
+
+        async def send(topic: str, i: int) -> tuple[int, list[dict[str, object]]]:
+            batch = {"messages": [{"body": f"{topic}{i}-{n}"} for n in range(5)]}
+            response = await broker.client.post(f"/v1/topics/{topic}/messages:batch", json=batch)
+            results = response.json().get("results", [])
+            return response.status_code, results
+
+        answers = await asyncio.gather(*(send(t, i) for i in range(15) for t in ("t", "nope")))
+        good = [results for status, results in answers if status == 201]
+        assert sorted(status for status, _ in answers) == [201] * 15 + [404] * 15
+        topic = (await broker.client.get("/v1/topics/t")).json()
+        by_queue: dict[object, list[object]] = {}
+        for results in good:
+            for r in results:
+                by_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
+        for queue in topic["queue_offsets"]:
+            offsets = sorted(by_queue.get(queue["queue_id"], []))  # type: ignore[type-var]
+            assert offsets == list(range(queue["max_offset"])), queue
+        assert (await broker.client.get("/v1/topics/nope")).status_code == 404

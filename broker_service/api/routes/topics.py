@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 
 from broker_service.api import convert
+from broker_service.api.bodies import body_schema, json_body
 from broker_service.api.deps import MetricsDep, ServiceDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import TopicName, UserTopicName
@@ -62,15 +63,27 @@ async def send_message(
 
 
 @router.post(
-    "/{topic}/messages:batch", status_code=status.HTTP_201_CREATED, response_model=BatchResultOut
+    "/{topic}/messages:batch",
+    status_code=status.HTTP_201_CREATED,
+    response_model=BatchResultOut,
+    openapi_extra=body_schema(BatchIn),
 )
 async def send_batch(
-    topic: UserTopicName, body: BatchIn, service: ServiceDep, metrics: MetricsDep
+    topic: UserTopicName, request: Request, service: ServiceDep, metrics: MetricsDep
 ) -> Response:
     """Store every message of the batch, in order, or none of them."""
-    receipts = await service.send(topic, [m.to_draft() for m in body.messages])
-    duplicates = sum(r.duplicate for r in receipts)
-    metrics.messages_sent.labels(duplicate="true").inc(duplicates)
-    metrics.messages_sent.labels(duplicate="false").inc(len(receipts) - duplicates)
-    results = [convert.receipt_dict(r) for r in receipts]
+    # The broker's hottest request: its body is validated from the bytes in one pass, and a
+    # batch of bodies alone (the common one) goes as columns, with no record per message.
+    body = await json_body(request, BatchIn)
+    plain = body.plain_batch()
+    if plain is not None:
+        sent = await service.send_plain(topic, plain)
+        metrics.messages_sent.labels(duplicate="false").inc(len(sent.msg_ids))
+        results = convert.plain_receipt_dicts(sent)
+    else:
+        receipts = await service.send(topic, [m.to_draft() for m in body.messages])
+        duplicates = sum(r.duplicate for r in receipts)
+        metrics.messages_sent.labels(duplicate="true").inc(duplicates)
+        metrics.messages_sent.labels(duplicate="false").inc(len(receipts) - duplicates)
+        results = [convert.receipt_dict(r) for r in receipts]
     return convert.json_response({"results": results}, status.HTTP_201_CREATED)
