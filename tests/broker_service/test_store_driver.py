@@ -55,20 +55,26 @@ def test_bulk_insert_round_trips_rows_and_a_duplicate_offset_is_an_integrity_err
         engine.dispose()
 
 
-def test_chunk_sizes_cover_every_count_with_few_statement_texts() -> None:
-    for count in (1, 2, 3, 100, 1023, 1024, 1025, 3000):
+def test_chunk_sizes_cover_every_count_with_few_statements_and_texts() -> None:
+    texts: set[int] = set()
+    for count in range(1, 3001):
         sizes = list(chunk_sizes(count, 1024))
         assert sum(sizes) == count
-        assert all(size & (size - 1) == 0 for size in sizes)  # powers of two: 11 texts at most
-        assert len(sizes) <= count // 1024 + 10
-    assert list(chunk_sizes(100, 1024)) == [64, 32, 4]
+        assert all(0 < size <= 1024 for size in sizes)
+        assert len(sizes) <= count // 1024 + 2, "the full statements, then two at most"
+        texts.update(sizes)
+    assert len(texts) == 32 + 31, "multiples of 32 up to 1024, and the rests 1-31"
+    assert list(chunk_sizes(400, 1024)) == [384, 16]
+    assert list(chunk_sizes(800, 1024)) == [800]
+    assert list(chunk_sizes(2500, 1024)) == [1024, 1024, 448, 4]
+    assert list(chunk_sizes(50, 16)) == [16, 16, 16, 2], "a table whose statements hold fewer"
 
 
 def test_bulk_insert_of_more_rows_than_one_statement_takes_keeps_them_all_in_order(
     migrated_url: str,
 ) -> None:
     engine = make_engine(migrated_url, flush=Flush.SYNC, writer=True)
-    count = 2_500  # 1024 + 1024 + 256 + 128 + 64 + 4 on SQLite; one COPY on PostgreSQL
+    count = 2_500  # 1024 + 1024 + 448 + 4 on SQLite; one COPY on PostgreSQL
     try:
         with engine.begin() as conn:
             sql.insert_messages.execute(conn, [_row(n, f"m{n}") for n in range(count)])
