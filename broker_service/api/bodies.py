@@ -1,11 +1,11 @@
 """A JSON request body validated by pydantic straight from its bytes, for the hottest route.
 
 A FastAPI body parameter decodes the JSON into Python objects (``json.loads``), then has pydantic
-walk those objects again, through the dependency machinery.  :func:`json_body` hands the bytes to
-pydantic-core, which parses and validates them in one pass, and refuses a bad body the way a body
-parameter does (the same ``RequestValidationError`` locations, so the same 400 ``INVALID_JSON`` and
-422 ``INVALID_REQUEST`` answers).  A route using it declares its body for ``/openapi.json`` with
-``openapi_extra=body_schema(Model)``.
+walk those objects again, through the dependency machinery.  :func:`json_bytes` and
+:func:`validated` hand the bytes to pydantic-core, which parses and validates them in one pass,
+and refuse a bad body the way a body parameter does (the same ``RequestValidationError``
+locations, so the same 400 ``INVALID_JSON`` and 422 ``INVALID_REQUEST`` answers).  A route using
+them declares its body for ``/openapi.json`` with ``openapi_extra=body_schema(Model)``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
-async def json_body(request: Request, model: type[M]) -> M:
+async def json_bytes(request: Request) -> bytes:
+    """The body's bytes, if it is there and said to be JSON."""
     raw = await request.body()
     if not raw:
         raise RequestValidationError(
@@ -65,6 +66,10 @@ async def json_body(request: Request, model: type[M]) -> M:
                 }
             ]
         )
+    return raw
+
+
+def validated(raw: bytes, model: type[M]) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:

@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from broker_service.api.schemas import BatchIn, plain_batch
 from broker_service.domain.queues import queue_for_sharding_key
 from tests.support import InProcessBroker
 
@@ -328,3 +333,50 @@ async def test_a_failing_plain_batch_leaves_its_group_commit_whole(migrated_url:
             offsets = sorted(by_queue.get(queue["queue_id"], []))  # type: ignore[type-var]
             assert offsets == list(range(queue["max_offset"])), queue
         assert (await broker.client.get("/v1/topics/nope")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param({"messages": [{"body": "a"}, {"body": ""}]}, id="bodies"),
+        pytest.param(
+            {
+                "messages": [
+                    {"body": "aGk=", "encoding": "base64"},
+                    {"body": "a", "encoding": "utf-8"},
+                ]
+            },
+            id="encodings",
+        ),
+        pytest.param({"messages": [{"body": "a"}] * 1000}, id="a-thousand"),
+        pytest.param({"messages": [{"body": "a"}, {"body": "b", "tags": "T"}]}, id="one-tagged"),
+        pytest.param({"messages": [{"body": "a", "keys": []}]}, id="keys-said-empty"),
+        pytest.param({"messages": [{"body": "a", "msg_id": "m1"}]}, id="msg-id"),
+        pytest.param({"messages": [{"body": "a", "queue_id": None}]}, id="null-queue"),
+        pytest.param({"messages": [{"body": "a", "colour": "red"}]}, id="unknown-field"),
+        pytest.param({"messages": [{"body": 5}]}, id="body-not-text"),
+        pytest.param({"messages": [{"body": "a", "encoding": "utf-16"}]}, id="encoding-unknown"),
+        pytest.param({"messages": [{"body": "a", "encoding": None}]}, id="encoding-null"),
+        pytest.param({"messages": []}, id="none"),
+        pytest.param({"messages": [{"body": "a"}] * 1001}, id="too-many"),
+        pytest.param({"messages": [{"body": "a"}], "extra": 1}, id="extra-top-level"),
+        pytest.param({"messages": [{}]}, id="no-body"),
+        pytest.param([{"body": "a"}], id="not-an-object"),
+    ],
+)
+def test_the_plain_lane_takes_exactly_the_batches_of_bodies_alone(batch: object) -> None:
+    """``plain_batch`` reads a batch as columns only where BatchIn (the contract) would accept it
+    and every message sets nothing but its body and encoding; everything else goes to BatchIn."""
+    raw = orjson.dumps(batch)
+    plain = plain_batch(raw)
+    try:
+        model: BatchIn | None = BatchIn.model_validate_json(raw)
+    except ValidationError:
+        model = None
+    bodies_alone = model is not None and all(
+        m.model_fields_set <= {"body", "encoding"} for m in model.messages
+    )
+    assert (plain is not None) == bodies_alone
+    if plain is not None and model is not None:
+        assert plain.bodies == [m.body_bytes() for m in model.messages]
+        assert plain.encodings == [m.encoding for m in model.messages]
