@@ -351,12 +351,12 @@ class SqlTx(CheckStore, ConsumerStore):
         wanted = [t for t in dict.fromkeys(transaction_ids) if t not in self._read_ahead]
         if not wanted:
             return
-        found = {
-            row["transaction_id"]: dict(row)
-            for row in (
-                r._mapping for r in self.conn.execute(sql.transactions_with_halves, {"ids": wanted})
-            )
-        }
+        if self._postgres:
+            found_rows = sql.transactions_with_halves_pg.all(self.conn, {"ids": wanted})
+        else:
+            result = self.conn.execute(sql.transactions_with_halves, {"ids": wanted})
+            found_rows = [dict(r._mapping) for r in result]
+        found = {row["transaction_id"]: row for row in found_rows}
         for transaction_id in wanted:
             self._read_ahead[transaction_id] = found.get(transaction_id)
 
@@ -368,7 +368,8 @@ class SqlTx(CheckStore, ConsumerStore):
             row = self._read_ahead.pop(transaction_id)
         else:
             params = {"transaction_id": transaction_id}
-            row = sql.transaction_with_half.first(self.conn, params)
+            lookup = sql.transaction_with_half_pg if self._postgres else sql.transaction_with_half
+            row = lookup.first(self.conn, params)
         if row is None:
             return None
         half = rows.stored_message(row, "m_") if row["m_id"] is not None else None
