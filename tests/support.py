@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
 
 from broker_service.api.app import create_app
 from broker_service.settings import BrokerSettings
@@ -35,6 +36,7 @@ def free_port() -> int:
 class InProcessBroker:
     client: httpx.AsyncClient
     settings: BrokerSettings
+    app: FastAPI  # its state holds the service and the store, for tests that look inside
 
     @classmethod
     @asynccontextmanager
@@ -44,7 +46,7 @@ class InProcessBroker:
         async with LifespanManager(app) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://broker") as client:
-                yield cls(client, config)
+                yield cls(client, config, app)
 
     async def topic(self, name: str = "transfers", queues: int = 4) -> str:
         response = await self.client.post("/v1/topics", json={"name": name, "queues": queues})

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from broker_service.api import errors
+from broker_service.api import bodies, errors
 from broker_service.api.limits import BodyLimit
 from broker_service.api.metrics import BrokerMetrics
 from broker_service.api.routes import checks, messages, ops, producers, topics, transactions
@@ -132,5 +132,6 @@ def create_app(settings: BrokerSettings, *, server_gc: bool = False) -> FastAPI:
     for module in (topics, transactions, producers, checks, messages, ops):
         app.include_router(module.router)
     consumer_routes.install(app, settings, service, check_policy(settings).broker_id)
+    bodies.install_schemas(app)
     app.add_middleware(BodyLimit, limit=request_limit(settings))
     return app

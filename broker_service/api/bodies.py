@@ -14,7 +14,7 @@ import email.message
 import json
 from typing import Any, TypeVar
 
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
@@ -23,17 +23,43 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 M = TypeVar("M", bound=BaseModel)
 
 
+# The models routes declare with body_schema: install_schemas makes them components.
+_BODY_MODELS: list[type[BaseModel]] = []
+
+
 def body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` declaring ``model`` as the required JSON body.  The models it refers to
-    must be components already (another route takes them as a body parameter)."""
-    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
-    schema.pop("$defs", None)
+    """``openapi_extra`` declaring ``model`` as the required JSON body, by reference to its
+    component (which :func:`install_schemas` adds, as FastAPI would for a body parameter)."""
+    if model not in _BODY_MODELS:
+        _BODY_MODELS.append(model)
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": schema}},
+            "content": {
+                "application/json": {"schema": {"$ref": REF_TEMPLATE.format(model=model.__name__)}}
+            },
         }
     }
+
+
+def install_schemas(app: FastAPI) -> None:
+    """Add the models of :func:`body_schema` (and those they refer to) to the app's OpenAPI
+    components, the first time ``/openapi.json`` is built."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        fresh = app.openapi_schema is None
+        schema = build()
+        if fresh:
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in _BODY_MODELS:
+                model_schema = model.model_json_schema(ref_template=REF_TEMPLATE)
+                for name, definition in model_schema.pop("$defs", {}).items():
+                    components.setdefault(name, definition)
+                components.setdefault(model.__name__, model_schema)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _is_json(content_type: str | None) -> bool:

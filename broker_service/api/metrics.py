@@ -14,6 +14,8 @@ class BrokerMetrics:
             ["duplicate"],
             registry=self.registry,
         )
+        for duplicate in ("true", "false"):  # both series from the start, even at 0
+            self.messages_sent.labels(duplicate=duplicate)
         self.halves = Counter(
             "halfmq_half_messages", "Half messages stored", registry=self.registry
         )

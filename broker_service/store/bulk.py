@@ -41,9 +41,10 @@ def chunk_sizes(count: int, largest: int, step: int = _STEP) -> Iterator[int]:
     Few statements per flush, because each one lets go of the GIL around its step and the writer
     then waits to get it back from a busy event loop (measured on batch sends: three statements
     per 400-row flush, the binary digits of the count, against one: 51,220 / 54,680 against
-    55,680 / 62,900 msg/s in interleaved runs).  Few statement texts, because the driver keeps
-    the prepared ones in a cache of 128: ``largest / step`` multiples and ``step - 1`` rests, 63
-    for 1,024 and 32."""
+    55,680 / 62,900 msg/s in interleaved runs).  Few statement texts, ``largest / step``
+    multiples and ``step - 1`` rests (63 for 1,024 and 32), because the driver keeps prepared
+    statements in a cache of 128 for every table's inserts and all other statements: the few
+    a steady load uses stay in it."""
     step = min(step, largest)
     full, rest = divmod(count, largest)
     yield from itertools.repeat(largest, full)

@@ -1,4 +1,4 @@
-"""The app factory's process-wide switch: a broker process tunes the garbage collector."""
+"""The app factory: a broker process tunes the garbage collector; the OpenAPI schema it serves."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import gc
 
 from broker_service.api.app import SERVER_GC_THRESHOLD, create_app
 from broker_service.settings import BrokerSettings
+from tests.support import InProcessBroker
 
 
 async def test_a_broker_process_freezes_its_start_up_heap_and_a_plain_app_does_not(
@@ -33,3 +34,19 @@ async def test_a_broker_process_freezes_its_start_up_heap_and_a_plain_app_does_n
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+async def test_the_batch_body_is_a_named_component_of_the_openapi_schema(
+    broker: InProcessBroker,
+) -> None:
+    """The batch route parses its own body (api/bodies.py) and still declares it as FastAPI
+    declares a body parameter: a reference to a component, whose references resolve."""
+    schema = (await broker.client.get("/openapi.json")).json()
+    body = schema["paths"]["/v1/topics/{topic}/messages:batch"]["post"]["requestBody"]
+    assert body["required"] is True
+    assert body["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/BatchIn"}
+    components = schema["components"]["schemas"]
+    messages = components["BatchIn"]["properties"]["messages"]
+    assert (messages["minItems"], messages["maxItems"]) == (1, 1000)
+    assert messages["items"] == {"$ref": "#/components/schemas/MessageIn"}
+    assert "body" in components["MessageIn"]["properties"]

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from broker_service.api.schemas import BatchIn, plain_batch
+from broker_service.domain.model import MessageDraft, PlainBatch
 from broker_service.domain.queues import queue_for_sharding_key
 from tests.support import InProcessBroker
 
@@ -301,12 +302,20 @@ async def test_plain_batches_committed_with_other_sends_keep_offsets_dense(
     for queue in topic["queue_offsets"]:
         offsets = sorted(by_queue.get(queue["queue_id"], []))  # type: ignore[type-var]
         assert offsets == list(range(queue["max_offset"])), queue
-    for receipt in receipts[::13]:
-        stored = (await broker.client.get(f"/v1/messages/{receipt['msg_id']}")).json()
-        assert (stored["queue_id"], stored["queue_offset"]) == (
+    listed = await broker.client.get("/v1/messages", params={"topic": "t", "limit": 1000})
+    stored = {m["msg_id"]: m for m in listed.json()["messages"]}
+    assert len(stored) == len(receipts)
+    for receipt in receipts:
+        message = stored[receipt["msg_id"]]
+        assert (message["queue_id"], message["queue_offset"]) == (
             receipt["queue_id"],
             receipt["queue_offset"],
         )
+    assert sorted(m["body"] for m in stored.values()) == sorted(
+        [f"p{i}-{n}" for i in range(20) for n in range(7)]
+        + [f"s{i}" for i in range(20)]
+        + [f"k{i}-{n}" for i in range(20) for n in range(3)]
+    )
 
 
 async def test_a_failing_plain_batch_leaves_its_group_commit_whole(migrated_url: str) -> None:
@@ -321,7 +330,10 @@ async def test_a_failing_plain_batch_leaves_its_group_commit_whole(migrated_url:
             results = response.json().get("results", [])
             return response.status_code, results
 
+        writer = broker.app.state.store.writer
+        batches, units = writer.batches, writer.units
         answers = await asyncio.gather(*(send(t, i) for i in range(15) for t in ("t", "nope")))
+        assert writer.units - units > writer.batches - batches, "units shared group commits"
         good = [results for status, results in answers if status == 201]
         assert sorted(status for status, _ in answers) == [201] * 15 + [404] * 15
         topic = (await broker.client.get("/v1/topics/t")).json()
@@ -380,3 +392,32 @@ def test_the_plain_lane_takes_exactly_the_batches_of_bodies_alone(batch: object)
     if plain is not None and model is not None:
         assert plain.bodies == [m.body_bytes() for m in model.messages]
         assert plain.encodings == [m.encoding for m in model.messages]
+
+
+async def test_a_batch_of_bodies_alone_goes_as_columns_and_any_other_message_by_message(
+    broker: InProcessBroker,
+) -> None:
+    """The route takes the plain lane (one PlainBatch per request) exactly for batches of bodies
+    alone: both lanes answer alike, so this watches the service's calls."""
+    await broker.topic("t", queues=2)
+    service = broker.app.state.service
+    calls: list[tuple[str, int]] = []
+    send_plain, send = service.send_plain, service.send
+
+    async def counting_plain(topic: str, batch: PlainBatch) -> PlainBatch:
+        calls.append(("plain", len(batch.bodies)))
+        return await send_plain(topic, batch)
+
+    async def counting_send(topic: str, drafts: list[MessageDraft]) -> object:
+        calls.append(("drafts", len(drafts)))
+        return await send(topic, drafts)
+
+    service.send_plain, service.send = counting_plain, counting_send
+    plain = {"messages": [{"body": "a"}, {"body": "Yg==", "encoding": "base64"}]}
+    mixed = {"messages": [{"body": "a"}, {"body": "b", "keys": ["k"]}]}
+    for batch in (plain, mixed):
+        response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
+        assert response.status_code == 201, response.text
+    assert calls == [("plain", 2), ("drafts", 2)]
+    stored = await broker.client.get("/v1/messages", params={"topic": "t", "limit": 10})
+    assert sorted(m["body"] for m in stored.json()["messages"]) == ["Yg==", "a", "a", "b"]

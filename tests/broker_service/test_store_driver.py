@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 
-from broker_service.domain.model import PendingMessage, Topic
+from broker_service.domain.model import PendingMessage, PlainBatch, Topic
 from broker_service.settings import Flush
 from broker_service.store import statements as sql
 from broker_service.store.bulk import chunk_sizes
@@ -112,5 +112,59 @@ def test_offsets_taken_in_several_queues_at_once_stay_dense_per_queue(migrated_u
             tx.append_all(second)
             tx.flush()
         assert [m.queue_offset for m in second] == [1, 0, 3, 1]
+    finally:
+        engine.dispose()
+
+
+def test_plain_batches_take_runs_of_offsets_and_a_dropped_unit_leaves_nothing(
+    migrated_url: str,
+) -> None:
+    """A PlainBatch is one run of offsets among single messages of its queue; a unit dropped
+    with ``rollback_to`` (its batch and its deduped message) leaves no row, offset or dedup key."""
+    engine = make_engine(migrated_url, flush=Flush.SYNC, writer=True)
+
+    def batch(queue_id: int, *bodies: bytes) -> PlainBatch:
+        plain = PlainBatch(list(bodies), ["utf-8"] * len(bodies), "t")
+        plain.msg_ids = [f"b-{queue_id}-{body.decode()}" for body in bodies]
+        plain.queue_id, plain.born_at, plain.stored_at = queue_id, 1, 2
+        return plain
+
+    try:
+        with engine.begin() as conn:
+            SqlTx(conn).create_topic(Topic("t", 2, False, 6, False, 0))
+        with engine.begin() as conn:
+            tx = SqlTx(conn)
+            kept = batch(0, b"a", b"b", b"c")
+            tx.append(PendingMessage("t", 0, "single-0", b"s", "utf-8", 1, 1))
+            tx.append_batch(kept)
+            mark = tx.mark()
+            dropped = PendingMessage("t", 0, "dedup-me", b"d", "utf-8", 1, 1)
+            dropped.dedup_key = "dedup-me"
+            tx.append(dropped)
+            tx.append_batch(batch(0, b"x", b"y"))
+            tx.rollback_to(mark)
+            assert tx.find_sent(["dedup-me"]) == {}, "the dropped unit's dedup key went with it"
+            after = PendingMessage("t", 0, "single-1", b"s", "utf-8", 1, 1)
+            other = batch(1, b"q")
+            tx.append(after)
+            tx.append_batch(other)
+            tx.flush()
+        assert kept.first_offset == 1
+        assert after.queue_offset == 4
+        assert other.first_offset == 0
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(messages.c.queue_id, messages.c.queue_offset, messages.c.msg_id)
+                .where(messages.c.topic == "t")
+                .order_by(messages.c.id)
+            ).all()
+        assert [tuple(r) for r in rows] == [
+            (0, 0, "single-0"),
+            (0, 1, "b-0-a"),
+            (0, 2, "b-0-b"),
+            (0, 3, "b-0-c"),
+            (0, 4, "single-1"),
+            (1, 0, "b-1-q"),
+        ]
     finally:
         engine.dispose()
