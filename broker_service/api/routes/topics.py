@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 
 from broker_service.api import convert
 from broker_service.api.bodies import body_schema, json_bytes, validated
-from broker_service.api.deps import MetricsDep, ServiceDep
+from broker_service.api.deps import ServiceDep, metrics_of, service_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import TopicName, UserTopicName
 from broker_service.api.schemas import (
@@ -54,12 +54,10 @@ async def delete_topic(topic: UserTopicName, service: ServiceDep) -> Response:
 
 
 @router.post("/{topic}/messages", status_code=status.HTTP_201_CREATED, response_model=SendResultOut)
-async def send_message(
-    topic: UserTopicName, body: MessageIn, service: ServiceDep, metrics: MetricsDep
-) -> Response:
+async def send_message(topic: UserTopicName, body: MessageIn, request: Request) -> Response:
     """Store one message; a retransmit with the same ``msg_id`` and content is answered again."""
-    (receipt,) = await service.send(topic, [body.to_draft()])
-    metrics.messages_sent.labels(duplicate=str(receipt.duplicate).lower()).inc()
+    (receipt,) = await service_of(request).send(topic, [body.to_draft()])
+    metrics_of(request).messages_sent.labels(duplicate=str(receipt.duplicate).lower()).inc()
     return convert.json_response(convert.receipt_dict(receipt), status.HTTP_201_CREATED)
 
 
@@ -69,10 +67,9 @@ async def send_message(
     response_model=BatchResultOut,
     openapi_extra=body_schema(BatchIn),
 )
-async def send_batch(
-    topic: UserTopicName, request: Request, service: ServiceDep, metrics: MetricsDep
-) -> Response:
+async def send_batch(topic: UserTopicName, request: Request) -> Response:
     """Store every message of the batch, in order, or none of them."""
+    service, metrics = service_of(request), metrics_of(request)
     # The broker's hottest request: its body is validated from the bytes in one pass, and a
     # batch of bodies alone (the common one) goes as columns, with no record per message.
     raw = await json_bytes(request)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
-from broker_service.api.deps import MetricsDep, ServiceDep
+from broker_service.api.deps import ServiceDep, metrics_of, service_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
 from broker_service.api.schemas import (
@@ -24,13 +24,13 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=E
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfOut)
-async def send_half(body: TransactionIn, service: ServiceDep, metrics: MetricsDep) -> Response:
+async def send_half(body: TransactionIn, request: Request) -> Response:
     """Store a half message in RMQ_SYS_TRANS_HALF_TOPIC, invisible to consumers."""
-    receipt = await service.prepare(
+    receipt = await service_of(request).prepare(
         body.topic, body.to_draft(), body.producer_group, body.check_immunity_seconds
     )
     if not receipt.duplicate:
-        metrics.halves.inc()
+        metrics_of(request).halves.inc()
     half = {
         "transaction_id": receipt.transaction_id,
         "msg_id": receipt.msg_id,
@@ -41,35 +41,32 @@ async def send_half(body: TransactionIn, service: ServiceDep, metrics: MetricsDe
 
 
 async def _resolve(
-    transaction_id: IdPath,
-    decision: Decision,
-    body: DecisionIn | None,
-    service: ServiceDep,
-    metrics: MetricsDep,
+    transaction_id: str, decision: Decision, body: DecisionIn | None, request: Request
 ) -> Response:
     body = body or DecisionIn()
     by = ResolvedBy.CHECK if body.from_check else ResolvedBy.PRODUCER
     if body.producer_group is None and not body.from_check:
         by = ResolvedBy.OPERATOR
+    service = service_of(request)
     resolution = await service.resolve(transaction_id, decision, body.producer_group, by)
-    metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
+    metrics_of(request).resolutions.labels(state=resolution.state.value, by=by.value).inc()
     return convert.json_response(convert.resolution_dict(resolution))
 
 
 @router.post("/{transaction_id}/commit", response_model=ResolutionOut)
 async def commit(
-    transaction_id: IdPath, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
+    transaction_id: IdPath, request: Request, body: DecisionIn | None = None
 ) -> Response:
     """Append the op record and put the message into its real topic, atomically."""
-    return await _resolve(transaction_id, Decision.COMMIT, body, service, metrics)
+    return await _resolve(transaction_id, Decision.COMMIT, body, request)
 
 
 @router.post("/{transaction_id}/rollback", response_model=ResolutionOut)
 async def rollback(
-    transaction_id: IdPath, service: ServiceDep, metrics: MetricsDep, body: DecisionIn | None = None
+    transaction_id: IdPath, request: Request, body: DecisionIn | None = None
 ) -> Response:
     """Append the op record only: the message is never delivered."""
-    return await _resolve(transaction_id, Decision.ROLLBACK, body, service, metrics)
+    return await _resolve(transaction_id, Decision.ROLLBACK, body, request)
 
 
 @router.get("/{transaction_id}", response_model=TransactionOut)
