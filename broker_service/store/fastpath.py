@@ -9,7 +9,7 @@ back as plain dicts keyed by column label.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, cast
 
@@ -79,6 +79,23 @@ class Prepared:
         try:
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def rowcount_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> int:
+        """The statement once per parameter set (psycopg pipelines them: one round trip), and
+        the rows they changed in all."""
+        compiled = self._sql(conn)
+        order = compiled.order
+        values = [{**compiled.fixed, **p} for p in params]
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            with driver_errors(conn, compiled.text):
+                cursor.executemany(
+                    compiled.text,
+                    values if order is None else [tuple(v[n] for n in order) for v in values],
+                )
+            return int(cursor.rowcount)
         finally:
             cursor.close()
 

@@ -58,12 +58,22 @@ class Mark:
 
     appended: int
     transactions: int
+    resolutions: int
+
+
+class ResolutionRace(Exception):
+    """A resolution deferred to the flush found its transaction resolved by someone else since
+    its unit read it: the batch is given up, and its units run again one by one."""
 
 
 class SqlTx(CheckStore, ConsumerStore):
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, *, defer_resolutions: bool = False) -> None:
+        """``defer_resolutions`` (PostgreSQL; the writer sets it for a batch of several units):
+        see :meth:`resolve_transaction`."""
         self.conn = conn
         self._postgres = conn.dialect.name == "postgresql"
+        self._defer_resolutions = defer_resolutions and self._postgres
+        self._resolutions: list[dict[str, Any]] = []
         self._topics: dict[str, Topic | None] = {}
         self._appended: list[PendingMessage | PlainBatch] = []
         self._sent: dict[str, PendingMessage] = {}
@@ -75,7 +85,7 @@ class SqlTx(CheckStore, ConsumerStore):
     # -- buffers --------------------------------------------------------------------------------
 
     def mark(self) -> Mark:
-        return Mark(len(self._appended), len(self._transactions))
+        return Mark(len(self._appended), len(self._transactions), len(self._resolutions))
 
     def rollback_to(self, mark: Mark) -> None:
         for message in self._appended[mark.appended :]:
@@ -83,9 +93,11 @@ class SqlTx(CheckStore, ConsumerStore):
                 self._sent.pop(message.dedup_key, None)
         del self._appended[mark.appended :]
         del self._transactions[mark.transactions :]
+        del self._resolutions[mark.resolutions :]
 
     def flush(self) -> None:
         """Hand out offsets and write everything appended since the last flush."""
+        self._flush_resolutions()
         if self._appended:
             pending, self._appended = self._appended, []
             self._assign_offsets(pending)
@@ -332,6 +344,8 @@ class SqlTx(CheckStore, ConsumerStore):
         self._transactions.append((record, half))
 
     def get_transaction(self, transaction_id: str) -> TransactionRecord | None:
+        if self._resolution_pending(transaction_id):
+            self._flush_resolutions()
         for record, _half in self._transactions:
             if record.transaction_id == transaction_id:
                 return record
@@ -340,10 +354,23 @@ class SqlTx(CheckStore, ConsumerStore):
         return rows.transaction_record(row) if row else None
 
     def _write_if_buffered(self, transaction_id: str) -> None:
-        """A transaction whose half is in this very batch is written before SQL looks for it."""
+        """A transaction whose half (or resolution) is in this very batch is written before SQL
+        looks for it."""
         if any(r.transaction_id == transaction_id for r, _ in self._transactions):
             self.flush()
             self._read_ahead.pop(transaction_id, None)  # looked up before it was written
+        elif self._resolution_pending(transaction_id):
+            self._flush_resolutions()
+
+    def _resolution_pending(self, transaction_id: str) -> bool:
+        return any(r["b_transaction_id"] == transaction_id for r in self._resolutions)
+
+    def _flush_resolutions(self) -> None:
+        if not self._resolutions:
+            return
+        pending, self._resolutions = self._resolutions, []
+        if sql.resolve_transaction.rowcount_many(self.conn, pending) != len(pending):
+            raise ResolutionRace(f"{len(pending)} resolutions deferred, some lost their race")
 
     def read_ahead(self, transaction_ids: Sequence[str]) -> None:
         """Look up in one statement the transactions the units of a batch are about to resolve:
@@ -398,6 +425,17 @@ class SqlTx(CheckStore, ConsumerStore):
     def resolve_transaction(
         self, transaction_id: str, state: TransactionState, at: int, by: ResolvedBy
     ) -> bool:
+        """The conditional update that moves a transaction out of its open state, and whether it
+        did.  Deferred (``defer_resolutions``), the updates of a batch's units go to PostgreSQL
+        together when the batch is flushed -- one round trip where each was one of its own, the
+        writer's longest wait on the transactions load -- and this answers True for a transaction
+        its unit has just read open.  The flush then checks that every update changed its row;
+        if another broker resolved one in between, the flush raises :class:`ResolutionRace` and
+        the writer runs the batch's units again one by one, undeferred, so that unit answers
+        from what the store holds.  A later look at the same transaction in the batch writes the
+        pending updates first (``_write_if_buffered``); other units of the batch that touch it
+        (a check's claim, a discard) act as if they ran before the resolution, which is also how
+        they are written."""
         self._write_if_buffered(transaction_id)
         params = {
             "b_transaction_id": transaction_id,
@@ -405,6 +443,9 @@ class SqlTx(CheckStore, ConsumerStore):
             "b_at": at,
             "b_by": by.value,
         }
+        if self._defer_resolutions:
+            self._resolutions.append(params)
+            return True
         return sql.resolve_transaction.rowcount(self.conn, params) == 1
 
     # -- producers ------------------------------------------------------------------------------

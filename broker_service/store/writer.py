@@ -128,7 +128,8 @@ class GroupCommitWriter:
         conn = self._conn
         try:
             with conn.begin():
-                tx = SqlTx(conn)
+                # Resolutions wait for the flush only where a race they lose can be run again.
+                tx = SqlTx(conn, defer_resolutions=len(batch) > 1)
                 wanted = [t for job in batch for t in job.read_ahead]
                 if len(wanted) > 1:  # one lookup for all instead of one round trip each
                     tx.read_ahead(wanted)

@@ -4,13 +4,17 @@ commits and rollbacks will resolve.  It must answer exactly as the lookups it re
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import httpx
+import pytest
 
+from broker_service.domain.model import ResolvedBy, TransactionState
 from broker_service.settings import Flush
+from broker_service.store import migrate
 from broker_service.store.engine import make_engine
-from broker_service.store.sqltx import SqlTx
-from framework.testing import InProcessBroker
+from broker_service.store.sqltx import ResolutionRace, SqlTx
+from tests.support import InProcessBroker
 
 
 async def _halves(broker: InProcessBroker, n: int) -> list[str]:
@@ -70,3 +74,121 @@ async def test_concurrent_commits_and_rollbacks_resolve_each_transaction_once(
     listed = (await broker.client.get("/v1/messages", params={"topic": "t", "limit": 1000})).json()
     real = [m for m in listed["messages"] if m.get("transaction_id")]
     assert sorted(m["transaction_id"] for m in real) == sorted(ids[0::2])
+
+
+# -- resolutions deferred to the flush (PostgreSQL, a group commit of several units) ------------
+
+
+async def _pg_halves(pg_url: str, n: int) -> list[str]:
+    migrate.upgrade(pg_url)
+    async with InProcessBroker.start(database_url=pg_url) as pg:
+        return await _halves(pg, n)
+
+
+async def test_deferred_resolutions_are_written_once_and_seen_by_a_later_look(
+    pg_url: str,
+) -> None:
+    """Deferred, a resolution is pending until the flush: a later look at the same transaction
+    in the batch writes it first, and a dropped unit's resolution goes with the unit."""
+    ids = await _pg_halves(pg_url, 3)
+    engine = make_engine(pg_url, flush=Flush.SYNC, writer=True)
+    commit = (TransactionState.COMMITTED, 5, ResolvedBy.PRODUCER)
+    try:
+        with engine.begin() as conn:
+            tx = SqlTx(conn, defer_resolutions=True)
+            assert tx.resolve_transaction(ids[0], *commit)
+            assert tx._resolutions, "deferred"
+            mark = tx.mark()
+            assert tx.resolve_transaction(ids[1], *commit)
+            tx.rollback_to(mark)  # the unit that resolved ids[1] failed
+            found = tx.transaction_with_half(ids[0])
+            assert found is not None
+            assert found[0].state is TransactionState.COMMITTED, "the pending update went first"
+            assert not tx._resolutions
+            tx.flush()
+        with engine.connect() as conn:
+            records = [SqlTx(conn).get_transaction(t) for t in ids]
+        assert [r.state if r else None for r in records] == [
+            TransactionState.COMMITTED,
+            TransactionState.PREPARED,
+            TransactionState.PREPARED,
+        ]
+    finally:
+        engine.dispose()
+
+
+async def test_a_deferred_resolution_that_lost_its_race_fails_the_flush(pg_url: str) -> None:
+    """Another broker resolves the transaction between the unit's look and the flush: the flush
+    raises, and the writer runs the units again one by one (the next test)."""
+    (tid,) = await _pg_halves(pg_url, 1)
+    engine = make_engine(pg_url, flush=Flush.SYNC, writer=True)
+    other = make_engine(pg_url, flush=Flush.SYNC, writer=False)
+    try:
+        with engine.connect() as conn:
+            trans = conn.begin()
+            tx = SqlTx(conn, defer_resolutions=True)
+            assert tx.transaction_with_half(tid) is not None
+            assert tx.resolve_transaction(tid, TransactionState.COMMITTED, 5, ResolvedBy.PRODUCER)
+            with other.begin() as rival:  # the other broker wins
+                assert SqlTx(rival).resolve_transaction(
+                    tid, TransactionState.ROLLED_BACK, 6, ResolvedBy.PRODUCER
+                )
+            with pytest.raises(ResolutionRace):
+                tx.flush()
+            trans.rollback()
+        with engine.connect() as conn:
+            record = SqlTx(conn).get_transaction(tid)
+        assert record is not None
+        assert record.state is TransactionState.ROLLED_BACK
+    finally:
+        engine.dispose()
+        other.dispose()
+
+
+async def test_a_group_commit_whose_deferred_resolution_lost_runs_its_units_alone(
+    pg_url: str,
+) -> None:
+    """Through the writer: commits in one group commit, one of whose transactions another broker
+    rolls back right after the batch's read-ahead.  The batch is run again unit by unit: that
+    commit answers 409 and writes nothing, the others commit once each."""
+    migrate.upgrade(pg_url)
+    async with InProcessBroker.start(database_url=pg_url) as pg:
+        ids = await _halves(pg, 6)
+        rival = make_engine(pg_url, flush=Flush.SYNC, writer=False)
+        original = SqlTx.read_ahead
+        raced: list[str] = []
+
+        def read_ahead_then_lose(self: SqlTx, transaction_ids: Sequence[str]) -> None:
+            original(self, transaction_ids)
+            if ids[0] in transaction_ids and not raced:
+                raced.append(ids[0])
+                with rival.begin() as conn:
+                    SqlTx(conn).resolve_transaction(
+                        ids[0], TransactionState.ROLLED_BACK, 6, ResolvedBy.PRODUCER
+                    )
+
+        SqlTx.read_ahead = read_ahead_then_lose  # type: ignore[method-assign]
+        try:
+            # Until ids[0]'s commit shares a group commit with another (nearly always at once).
+            answers: list[httpx.Response] = []
+            for _ in range(20):
+                answers = await asyncio.gather(
+                    *(
+                        pg.client.post(f"/v1/transactions/{t}/commit", json={"producer_group": "g"})
+                        for t in ids
+                    )
+                )
+                if raced:
+                    break
+        finally:
+            SqlTx.read_ahead = original  # type: ignore[method-assign]
+            rival.dispose()
+        assert raced, "ids[0]'s commit never shared a group commit"
+        statuses = [a.status_code for a in answers]
+        states = [(await pg.client.get(f"/v1/transactions/{t}")).json()["state"] for t in ids]
+        assert statuses == [409] + [200] * 5, [a.text for a in answers]
+        assert answers[0].json()["error"]["code"] == "TRANSACTION_ALREADY_RESOLVED"
+        assert states == ["ROLLED_BACK"] + ["COMMITTED"] * 5
+        real = await pg.client.get("/v1/messages", params={"topic": "t", "limit": 100})
+        real_ids = [m["transaction_id"] for m in real.json()["messages"]]
+        assert sorted(real_ids) == sorted(ids[1:]), "one real message per commit, none for ids[0]"
