@@ -73,7 +73,7 @@ class SqlTx(CheckStore, ConsumerStore):
         self.conn = conn
         self._postgres = conn.dialect.name == "postgresql"
         self._defer_resolutions = defer_resolutions and self._postgres
-        self._resolutions: list[dict[str, Any]] = []
+        self._resolutions: dict[str, dict[str, Any]] = {}  # by transaction id, in order
         self._topics: dict[str, Topic | None] = {}
         self._appended: list[PendingMessage | PlainBatch] = []
         self._sent: dict[str, PendingMessage] = {}
@@ -93,7 +93,8 @@ class SqlTx(CheckStore, ConsumerStore):
                 self._sent.pop(message.dedup_key, None)
         del self._appended[mark.appended :]
         del self._transactions[mark.transactions :]
-        del self._resolutions[mark.resolutions :]
+        for transaction_id in list(self._resolutions)[mark.resolutions :]:
+            del self._resolutions[transaction_id]
 
     def flush(self) -> None:
         """Hand out offsets and write everything appended since the last flush."""
@@ -362,13 +363,25 @@ class SqlTx(CheckStore, ConsumerStore):
         elif self._resolution_pending(transaction_id):
             self._flush_resolutions()
 
+    def claim_due_transactions(self, now: int, limit: int) -> list[TransactionRecord]:
+        self._flush_resolutions()  # not a transaction this batch has resolved
+        return super().claim_due_transactions(now, limit)
+
+    def pending_pull_checks(
+        self, group: str, client_id: str, limit: int
+    ) -> list[TransactionRecord]:
+        self._flush_resolutions()
+        return super().pending_pull_checks(group, client_id, limit)
+
     def _resolution_pending(self, transaction_id: str) -> bool:
-        return any(r["b_transaction_id"] == transaction_id for r in self._resolutions)
+        return transaction_id in self._resolutions
 
     def _flush_resolutions(self) -> None:
         if not self._resolutions:
             return
-        pending, self._resolutions = self._resolutions, []
+        # In id order, so that brokers sharing the database lock the rows in one order.
+        pending = [self._resolutions[t] for t in sorted(self._resolutions)]
+        self._resolutions = {}
         if sql.resolve_transaction.rowcount_many(self.conn, pending) != len(pending):
             raise ResolutionRace(f"{len(pending)} resolutions deferred, some lost their race")
 
@@ -381,8 +394,8 @@ class SqlTx(CheckStore, ConsumerStore):
         if self._postgres:
             found_rows = sql.transactions_with_halves_pg.all(self.conn, {"ids": wanted})
         else:
-            result = self.conn.execute(sql.transactions_with_halves, {"ids": wanted})
-            found_rows = [dict(r._mapping) for r in result]
+            ids_json = orjson.dumps(wanted).decode()
+            found_rows = sql.transactions_with_halves_sqlite.all(self.conn, {"ids_json": ids_json})
         found = {row["transaction_id"]: row for row in found_rows}
         for transaction_id in wanted:
             self._read_ahead[transaction_id] = found.get(transaction_id)
@@ -428,14 +441,13 @@ class SqlTx(CheckStore, ConsumerStore):
         """The conditional update that moves a transaction out of its open state, and whether it
         did.  Deferred (``defer_resolutions``), the updates of a batch's units go to PostgreSQL
         together when the batch is flushed -- one round trip where each was one of its own, the
-        writer's longest wait on the transactions load -- and this answers True for a transaction
-        its unit has just read open.  The flush then checks that every update changed its row;
-        if another broker resolved one in between, the flush raises :class:`ResolutionRace` and
-        the writer runs the batch's units again one by one, undeferred, so that unit answers
-        from what the store holds.  A later look at the same transaction in the batch writes the
-        pending updates first (``_write_if_buffered``); other units of the batch that touch it
-        (a check's claim, a discard) act as if they ran before the resolution, which is also how
-        they are written."""
+        writer's longest wait on the transactions load -- and this answers True at once: its
+        caller (``Transactions.resolve``) has just read the transaction open in this batch.  The
+        flush then checks that every update changed its row; if another broker resolved one in
+        between, the flush raises :class:`ResolutionRace` and the writer runs the batch again
+        undeferred, so that the unit that lost answers from what the store holds.  A later look
+        at the same transaction in the batch (a resolve, a check-back claim or pull) writes the
+        pending updates first."""
         self._write_if_buffered(transaction_id)
         params = {
             "b_transaction_id": transaction_id,
@@ -444,7 +456,7 @@ class SqlTx(CheckStore, ConsumerStore):
             "b_by": by.value,
         }
         if self._defer_resolutions:
-            self._resolutions.append(params)
+            self._resolutions[transaction_id] = params
             return True
         return sql.resolve_transaction.rowcount(self.conn, params) == 1
 

@@ -12,6 +12,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     func,
+    literal_column,
     select,
     text,
     true,
@@ -144,8 +145,13 @@ transaction_with_half_pg = Prepared(
     _transaction_and_half_pg.where(transactions.c.transaction_id == bindparam("transaction_id"))
 )
 # The same for every transaction a group commit's units will resolve (see SqlTx.read_ahead).
-transactions_with_halves = _transaction_and_half.where(
-    transactions.c.transaction_id.in_(bindparam("ids", expanding=True))
+# SQLite: the ids as one JSON array (json_each), so that the statement is compiled once too.
+transactions_with_halves_sqlite = Prepared(
+    _transaction_and_half.where(
+        transactions.c.transaction_id.in_(
+            select(literal_column("value")).select_from(func.json_each(bindparam("ids_json")))
+        )
+    )
 )
 transactions_with_halves_pg = Prepared(
     _transaction_and_half_pg.where(

@@ -6,8 +6,10 @@ waiting (up to ``batch_max``), runs it in one store transaction, flushes the buf
 batch gathers, so the batch size follows the load with no timer.
 
 A unit that raises a :class:`BrokerError` is dropped from the batch (its appends undone) and answered
-with the error.  Any other failure aborts the batch; its units are then run one per transaction, so
-only the unit that fails again is answered with the failure.  Units that lost a race with another
+with the error.  A batch whose deferred resolutions lost a race with another broker (PostgreSQL, see
+``SqlTx.resolve_transaction``) runs again with each resolution checked as it is made.  Any other
+failure aborts the batch; its units are then run one per transaction, so only the unit that fails
+again is answered with the failure.  Units that lost a race with another
 broker (a unique key, a deadlock) are retried on their own a few times.
 """
 
@@ -26,7 +28,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.domain.errors import BrokerError, Busy, InvalidRequest, NotReady
-from broker_service.store.sqltx import SqlTx
+from broker_service.store.sqltx import ResolutionRace, SqlTx
 
 log = logging.getLogger("halfmq.store.writer")
 
@@ -111,7 +113,12 @@ class GroupCommitWriter:
 
     def _execute(self, batch: list[_Job]) -> None:
         try:
-            self._run_batch(batch)
+            try:
+                self._run_batch(batch)
+            except ResolutionRace:
+                # Another broker resolved a transaction this batch meant to: the batch again,
+                # each resolution checked as it is made (see SqlTx.resolve_transaction).
+                self._run_batch(batch, defer_resolutions=False)
         except Exception as exc:
             if len(batch) == 1:
                 self._run_alone(batch[0], exc)
@@ -122,14 +129,14 @@ class GroupCommitWriter:
             return
         self._answer(batch)
 
-    def _run_batch(self, batch: list[_Job]) -> None:
+    def _run_batch(self, batch: list[_Job], *, defer_resolutions: bool = True) -> None:
         if self._conn is None:
             self._conn = self.engine.connect()
         conn = self._conn
         try:
             with conn.begin():
                 # Resolutions wait for the flush only where a race they lose can be run again.
-                tx = SqlTx(conn, defer_resolutions=len(batch) > 1)
+                tx = SqlTx(conn, defer_resolutions=defer_resolutions and len(batch) > 1)
                 wanted = [t for job in batch for t in job.read_ahead]
                 if len(wanted) > 1:  # one lookup for all instead of one round trip each
                     tx.read_ahead(wanted)
@@ -141,6 +148,8 @@ class GroupCommitWriter:
                         tx.rollback_to(mark)
                         job.value, job.ok = error, False
                 tx.flush()
+        except ResolutionRace:
+            raise  # rolled back; the connection is sound
         except BaseException:
             self._drop_connection()  # the next try starts on a fresh one
             raise
