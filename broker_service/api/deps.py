@@ -20,14 +20,22 @@ from broker_service.domain.service import BrokerService
 from broker_service.settings import BrokerSettings
 
 
-async def get_service(request: Request) -> BrokerService:
+def service_of(request: Request) -> BrokerService:
     service: BrokerService = request.app.state.service
     return service
 
 
-async def get_metrics(request: Request) -> BrokerMetrics:
+def metrics_of(request: Request) -> BrokerMetrics:
     metrics: BrokerMetrics = request.app.state.metrics
     return metrics
+
+
+async def get_service(request: Request) -> BrokerService:
+    return service_of(request)
+
+
+async def get_metrics(request: Request) -> BrokerMetrics:
+    return metrics_of(request)
 
 
 async def get_settings(request: Request) -> BrokerSettings:
@@ -38,13 +46,3 @@ async def get_settings(request: Request) -> BrokerSettings:
 ServiceDep = Annotated[BrokerService, Depends(get_service)]
 MetricsDep = Annotated[BrokerMetrics, Depends(get_metrics)]
 SettingsDep = Annotated[BrokerSettings, Depends(get_settings)]
-
-
-def service_of(request: Request) -> BrokerService:
-    service: BrokerService = request.app.state.service
-    return service
-
-
-def metrics_of(request: Request) -> BrokerMetrics:
-    metrics: BrokerMetrics = request.app.state.metrics
-    return metrics
