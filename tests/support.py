@@ -36,7 +36,13 @@ def free_port() -> int:
 class InProcessBroker:
     client: httpx.AsyncClient
     settings: BrokerSettings
-    app: FastAPI  # its state holds the service and the store, for tests that look inside
+    app: FastAPI | None = None  # None for a broker in another process reached over HTTP
+
+    @property
+    def state(self) -> Any:
+        """The app's state (its service, store, ...), for tests that look inside the broker."""
+        assert self.app is not None, "the broker runs in another process"
+        return self.app.state
 
     @classmethod
     @asynccontextmanager

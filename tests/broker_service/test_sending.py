@@ -330,7 +330,7 @@ async def test_a_failing_plain_batch_leaves_its_group_commit_whole(migrated_url:
             results = response.json().get("results", [])
             return response.status_code, results
 
-        writer = broker.app.state.store.writer
+        writer = broker.state.store.writer
         batches, units = writer.batches, writer.units
         answers = await asyncio.gather(*(send(t, i) for i in range(15) for t in ("t", "nope")))
         assert writer.units - units > writer.batches - batches, "units shared group commits"
@@ -400,7 +400,7 @@ async def test_a_batch_of_bodies_alone_goes_as_columns_and_any_other_message_by_
     """The route takes the plain lane (one PlainBatch per request) exactly for batches of bodies
     alone: both lanes answer alike, so this watches the service's calls."""
     await broker.topic("t", queues=2)
-    service = broker.app.state.service
+    service = broker.state.service
     calls: list[tuple[str, int]] = []
     send_plain, send = service.send_plain, service.send
 
