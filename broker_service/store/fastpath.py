@@ -26,6 +26,12 @@ class _Compiled(NamedTuple):
     order: tuple[str, ...] | None  # parameter names in placeholder order (positional styles)
     fixed: dict[str, Any]
 
+    def bind(self, params: Mapping[str, Any]) -> Any:
+        """The driver's parameters for one execution: with the statement's own values, and in
+        placeholder order for a positional paramstyle."""
+        values = {**self.fixed, **params}
+        return values if self.order is None else tuple(values[n] for n in self.order)
+
 
 class Prepared:
     def __init__(self, statement: ClauseElement) -> None:
@@ -51,14 +57,10 @@ class Prepared:
 
     def _run(self, conn: Connection, params: Mapping[str, Any]) -> Any:
         compiled = self._sql(conn)
-        values = {**compiled.fixed, **params}
-        order = compiled.order
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             with driver_errors(conn, compiled.text):
-                cursor.execute(
-                    compiled.text, values if order is None else tuple(values[n] for n in order)
-                )
+                cursor.execute(compiled.text, compiled.bind(params))
         except BaseException:
             cursor.close()
             raise
@@ -86,15 +88,10 @@ class Prepared:
         """The statement once per parameter set (psycopg pipelines them: one round trip), and
         the rows they changed in all."""
         compiled = self._sql(conn)
-        order = compiled.order
-        values = [{**compiled.fixed, **p} for p in params]
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             with driver_errors(conn, compiled.text):
-                cursor.executemany(
-                    compiled.text,
-                    values if order is None else [tuple(v[n] for n in order) for v in values],
-                )
+                cursor.executemany(compiled.text, [compiled.bind(p) for p in params])
             return int(cursor.rowcount)
         finally:
             cursor.close()

@@ -63,7 +63,7 @@ class Mark:
 
 class ResolutionRace(Exception):
     """A resolution deferred to the flush found its transaction resolved by someone else since
-    its unit read it: the batch is given up, and its units run again one by one."""
+    its unit read it: the batch is rolled back, and the writer runs it again undeferred."""
 
 
 class SqlTx(CheckStore, ConsumerStore):
@@ -345,7 +345,7 @@ class SqlTx(CheckStore, ConsumerStore):
         self._transactions.append((record, half))
 
     def get_transaction(self, transaction_id: str) -> TransactionRecord | None:
-        if self._resolution_pending(transaction_id):
+        if transaction_id in self._resolutions:
             self._flush_resolutions()
         for record, _half in self._transactions:
             if record.transaction_id == transaction_id:
@@ -360,7 +360,7 @@ class SqlTx(CheckStore, ConsumerStore):
         if any(r.transaction_id == transaction_id for r, _ in self._transactions):
             self.flush()
             self._read_ahead.pop(transaction_id, None)  # looked up before it was written
-        elif self._resolution_pending(transaction_id):
+        elif transaction_id in self._resolutions:
             self._flush_resolutions()
 
     def claim_due_transactions(self, now: int, limit: int) -> list[TransactionRecord]:
@@ -372,9 +372,6 @@ class SqlTx(CheckStore, ConsumerStore):
     ) -> list[TransactionRecord]:
         self._flush_resolutions()
         return super().pending_pull_checks(group, client_id, limit)
-
-    def _resolution_pending(self, transaction_id: str) -> bool:
-        return transaction_id in self._resolutions
 
     def _flush_resolutions(self) -> None:
         if not self._resolutions:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from broker_service.domain.names import HALF_TOPIC
 from broker_service.store.bulk import BulkInsert
@@ -125,19 +127,24 @@ _half_of_transaction = and_(
     messages.c.queue_id == 0,
     messages.c.queue_offset == transactions.c.half_offset,
 )
-_transaction_and_half = select(
-    transactions, *[c.label(f"m_{c.name}") for c in messages.c]
-).select_from(transactions.outerjoin(messages, _half_of_transaction))
+
+
+def _transaction_and(half: FromClause, on: ColumnElement[bool]) -> Select[Any]:
+    return select(transactions, *[c.label(f"m_{c.name}") for c in half.c]).select_from(
+        transactions.outerjoin(half, on)
+    )
+
+
+_transaction_and_half = _transaction_and(messages, _half_of_transaction)
 # PostgreSQL: the half through a LATERAL subquery with LIMIT 1 (the key is unique anyway), which
 # the planner cannot flatten into a join.  As a plain join, with statistics taken while the
 # tables were small (a new store under load, before autovacuum's first ANALYZE), it planned the
 # half topic's queue as one row, read all of it once and filtered it for every transaction: 33 ms
 # for 20 transactions among 10,000 halves, the group-commit writer's longest wait, where the
 # lateral lookup is one index probe per transaction (2.7 ms, nearly all of it finding the ids).
-_half = select(messages).where(_half_of_transaction).limit(1).lateral("m")
-_transaction_and_half_pg = select(
-    transactions, *[c.label(f"m_{c.name}") for c in _half.c]
-).select_from(transactions.outerjoin(_half, true()))
+_transaction_and_half_pg = _transaction_and(
+    select(messages).where(_half_of_transaction).limit(1).lateral("m"), true()
+)
 transaction_with_half = Prepared(
     _transaction_and_half.where(transactions.c.transaction_id == bindparam("transaction_id"))
 )
