@@ -4,6 +4,7 @@ commits and rollbacks will resolve.  It must answer exactly as the lookups it re
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 
 import httpx
@@ -148,9 +149,10 @@ async def test_a_deferred_resolution_that_lost_its_race_fails_the_flush(pg_url: 
 async def test_a_group_commit_whose_deferred_resolution_lost_runs_again_undeferred(
     pg_url: str,
 ) -> None:
-    """Through the writer: commits in one group commit, one of whose transactions another broker
-    rolls back right after the batch's read-ahead.  The batch runs again, each resolution
-    checked as it is made: that commit answers 409 and writes nothing, the others commit once."""
+    """Through the writer: six commits held to share one group commit (a unit keeps the writer
+    busy while they queue), one of whose transactions another broker rolls back right after the
+    batch's read-ahead.  The batch runs again, each resolution checked as it is made: that commit
+    answers 409 and writes nothing, the others commit once."""
     migrate.upgrade(pg_url)
     async with InProcessBroker.start(database_url=pg_url) as pg:
         rival = make_engine(pg_url, flush=Flush.SYNC, writer=False)
@@ -168,24 +170,38 @@ async def test_a_group_commit_whose_deferred_resolution_lost_runs_again_undeferr
                         )
                     )
 
+        ids = await _halves(pg, 6)
+        target.append(ids[0])
+        writer = pg.state.store.writer
+        running, gate = threading.Event(), threading.Event()
+
+        def hold(_tx: SqlTx) -> None:  # keeps the writer busy while the commits queue up
+            running.set()
+            gate.wait(10)
+
         SqlTx.read_ahead = read_ahead_then_lose  # type: ignore[method-assign]
         try:
-            # Fresh halves until the first commit shares a group commit (nearly always at once).
-            for _ in range(10):
-                ids = await _halves(pg, 6)
-                target[:] = ids[:1]
-                answers = await asyncio.gather(
-                    *(
-                        pg.client.post(f"/v1/transactions/{t}/commit", json={"producer_group": "g"})
-                        for t in ids
-                    )
+            held = writer.submit(hold)
+            assert await asyncio.to_thread(running.wait, 10)
+            commits = [
+                asyncio.ensure_future(
+                    pg.client.post(f"/v1/transactions/{t}/commit", json={"producer_group": "g"})
                 )
-                if raced:
+                for t in ids
+            ]
+            for _ in range(1000):  # bounded: until all six wait for the writer together
+                if writer._queue.qsize() == len(ids):
                     break
+                await asyncio.sleep(0.01)
+            assert writer._queue.qsize() == len(ids)
+            gate.set()
+            await held
+            answers = await asyncio.gather(*commits)
         finally:
+            gate.set()
             SqlTx.read_ahead = original  # type: ignore[method-assign]
             rival.dispose()
-        assert raced == [True], "the first commit never shared a group commit"
+        assert raced == [True], "the rival's rollback took, after the batch's read-ahead"
         statuses = [a.status_code for a in answers]
         states = [(await pg.client.get(f"/v1/transactions/{t}")).json()["state"] for t in ids]
         assert statuses == [409] + [200] * 5, [a.text for a in answers]
