@@ -22,10 +22,20 @@ class Connection:
         reader, writer = await asyncio.open_connection(host, port)
         return cls(reader, writer, f"{host}:{port}")
 
-    async def request(self, method: str, path: str, body: object = None) -> tuple[int, bytes]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        sign: Callable[[str, str, bytes], dict[str, str]] | None = None,
+    ) -> tuple[int, bytes]:
+        """``sign(method, path, payload)``: extra headers (the ACL's signature) for this request."""
         payload = b"" if body is None else orjson.dumps(body)
+        extra = "".join(
+            f"{k}: {v}\r\n" for k, v in (sign(method, path, payload) if sign else {}).items()
+        )
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n{extra}"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
         )
         self.writer.write(head.encode() + payload)

@@ -11,13 +11,16 @@ import json
 import tomllib
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+# RocketMQ 5's timerMaxDelaySec: a timer (deliver_at) message is at most 3 days away.
+DEFAULT_MAX_DELAY_SECONDS = 3 * 24 * 3600
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -54,7 +57,11 @@ class BrokerSettings(BaseSettings):
         "sqlite:///./halfmq.db",
         description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://user@host/db",
     )
-    host: str = "127.0.0.1"
+    host: str = Field(
+        "127.0.0.1",
+        description="Address to listen on; beyond loopback with the ACL off, the broker warns "
+        "that anyone who can reach the port owns it",
+    )
     port: int = Field(9876, ge=0, le=65535)
     broker_id: str = Field("", description="Name of this broker in logs, claims and traces")
     auto_create_topics: bool = False
@@ -68,6 +75,18 @@ class BrokerSettings(BaseSettings):
     producer_expiry_seconds: float = Field(120, gt=0)
     check_timeout_seconds: float = Field(
         3, gt=0, description="How long a push check waits for the producer's answer"
+    )
+    check_unreachable_seconds: float = Field(
+        30,
+        gt=0,
+        description="How long a producer instance whose check could not be delivered (refused, "
+        "reset, connect time-out) gets no checks; its checks go to another live instance",
+    )
+    check_undelivered_alert_seconds: float = Field(
+        3600,
+        gt=0,
+        description="A half whose checks have failed delivery this long is reported (log, metric, "
+        "its last_check_error); it is never discarded for it",
     )
     check_round_max: int = Field(
         10_000, ge=1, description="Most due halves one check round handles (the rest wait a round)"
@@ -102,6 +121,61 @@ class BrokerSettings(BaseSettings):
     consumer_expiry_seconds: float = Field(
         120, gt=0, description="A consumer member is live while it received this recently"
     )
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
+        None,
+        description="Host header values the broker answers (a DNS-rebinding guard; others are 400 "
+        "INVALID_HOST): names, addresses or *.domain, comma-separated; '*' for any. Default: "
+        "localhost, 127.0.0.1, ::1 and the --host name; the address a request was sent to "
+        "always passes",
+    )
+    acl_file: Path | None = Field(
+        None, description="RocketMQ plain_acl.yml of accounts and white-listed addresses (ACL on)"
+    )
+    acl_reload_seconds: float = Field(
+        2, gt=0, description="How often the ACL file and the store's newest ACL are looked at"
+    )
+    acl_window_seconds: float = Field(
+        300,
+        gt=0,
+        le=3600,
+        description="A signed request's timestamp may be this far from the broker's clock",
+    )
+    acl_public_ops: bool = Field(
+        False,
+        description="With the ACL on, serve /metrics, /docs and /openapi.json without a signature",
+    )
+    acl_rate_limit: float = Field(
+        5000,
+        ge=0,
+        description="Requests a second per access key (bursts of twice that) beyond which the "
+        "broker answers 429 RATE_LIMITED; 0: no limit",
+    )
+    callback_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Hosts a push check may go to besides the address the heartbeat came from: "
+        "addresses (10.0.0.*, 10.0.0.1-100, CIDR) or names, comma-separated; '*' for any",
+    )
+    max_header_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        description="Largest request header block (names and values); larger is 431 "
+        "HEADERS_TOO_LARGE",
+    )
+    max_headers: int = Field(
+        100, ge=1, description="Most request headers; more is 431 HEADERS_TOO_LARGE"
+    )
+    max_delay_seconds: float = Field(
+        DEFAULT_MAX_DELAY_SECONDS,
+        gt=0,
+        description="Furthest a deliver_at may be in the future (RocketMQ 5's timerMaxDelaySec, "
+        "3 days); further is 422 DELIVER_AT_TOO_FAR",
+    )
+    ssl_certfile: Path | None = Field(
+        None, description="TLS certificate chain (PEM): serve HTTPS (with --ssl-keyfile)"
+    )
+    ssl_keyfile: Path | None = Field(
+        None, description="TLS private key (PEM, unencrypted) of --ssl-certfile"
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -113,6 +187,46 @@ class BrokerSettings(BaseSettings):
                 "(sqlite:///file:NAME?mode=memory&cache=shared&uri=true)"
             )
         return value
+
+    @field_validator("callback_hosts", mode="before")
+    @classmethod
+    def _split_callback_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        """``"a,b"`` (environment, flags) or a list; empty is the default."""
+        if value is None:
+            return None
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        hosts = [host.strip() for item in items for host in str(item).split(",") if host.strip()]
+        for host in hosts:
+            if "*" in host[1:] or (host.startswith("*") and host != "*" and host[:2] != "*."):
+                raise ValueError(f"bad host pattern {host!r}: a name, an address, *.domain or *")
+        return hosts or None
+
+    @field_validator("ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _check_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value} is not a file")
+        return value
+
+    @model_validator(mode="after")
+    def _check_tls_pair(self) -> BrokerSettings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            given, missing = (
+                ("ssl_certfile", "ssl_keyfile")
+                if self.ssl_keyfile is None
+                else ("ssl_keyfile", "ssl_certfile")
+            )
+            raise ValueError(f"{given} needs {missing} too: TLS takes a certificate and its key")
+        return self
 
     @field_validator("message_delay_level")
     @classmethod

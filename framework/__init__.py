@@ -9,13 +9,19 @@
     @producer.execute_local_transaction("transfers")
     def debit(message: Message, arg) -> LocalTransactionState: ...
 
+Every producer and consumer signs its requests for a broker with the ACL on: pass
+``credentials=(access_key, secret_key)`` (or a :class:`Credentials`); without it they read
+``HALFMQ_ACCESS_KEY`` / ``HALFMQ_SECRET_KEY`` when built, and send unsigned requests when neither
+is set.
+
 Modules, one idea each: :mod:`~framework.message` (values and states), :mod:`~framework.config`
 (Timeout, Retry, CheckMode), :mod:`~framework.errors` (one exception root),
 :mod:`~framework.protocol` (the REST contract without I/O), :mod:`~framework.transport` (the
 sync and async drivers), :mod:`~framework.producer` / :mod:`~framework.aio_producer`, :mod:`~framework.consumer` /
 :mod:`~framework.aio_consumer`, :mod:`~framework.inbox`,
 :mod:`~framework.txlog` and :mod:`~framework.tables` (the SQLAlchemy local-transaction log and
-inbox), :mod:`~framework.fastapi`, :mod:`~framework.testing` (an in-process broker).
+inbox), :mod:`~framework.signing` (signed requests and checks), :mod:`~framework.fastapi`,
+:mod:`~framework.testing` (an in-process broker).
 """
 
 from framework.aio_consumer import AsyncPushConsumer
@@ -24,15 +30,19 @@ from framework.config import CheckMode, Retry, Timeout
 from framework.consumer import PushConsumer
 from framework.consumer_base import AckMode, BatchAck, DedupKey
 from framework.errors import (
+    AuthenticationError,
     BrokerBusyError,
     BrokerError,
     BrokerUnavailableError,
+    ClockSkewError,
     ConfigurationError,
     ConflictError,
     HalfMQError,
     InvalidRequestError,
     MessageTooLargeError,
     NotFoundError,
+    PermissionDeniedError,
+    SignatureRejected,
 )
 from framework.message import (
     ConsumeResult,
@@ -44,19 +54,23 @@ from framework.message import (
 )
 from framework.producer import TransactionProducer
 from framework.registry import Registered
+from framework.signing import Credentials
 
 __all__ = [
     "AckMode",
     "AsyncPushConsumer",
     "AsyncTransactionProducer",
+    "AuthenticationError",
     "BatchAck",
     "BrokerBusyError",
     "BrokerError",
     "BrokerUnavailableError",
     "CheckMode",
+    "ClockSkewError",
     "ConfigurationError",
     "ConflictError",
     "ConsumeResult",
+    "Credentials",
     "DedupKey",
     "HalfMQError",
     "InvalidRequestError",
@@ -64,11 +78,13 @@ __all__ = [
     "Message",
     "MessageTooLargeError",
     "NotFoundError",
+    "PermissionDeniedError",
     "PushConsumer",
     "Registered",
     "Retry",
     "SendResult",
     "SendStatus",
+    "SignatureRejected",
     "Timeout",
     "TransactionProducer",
     "TransactionSendResult",

@@ -36,7 +36,11 @@ class AsyncPushConsumer(ConsumerBase):
     ) -> None:
         super().__init__(group, brokers, **options)
         self.client = AsyncBrokerClient(
-            self.brokers, timeout=self.timeout, retry=self.retry, transport=transport
+            self.brokers,
+            timeout=self.timeout,
+            retry=self.retry,
+            transport=transport,
+            credentials=self.credentials,
         )
         self._stopping = False
         self._work: asyncio.Queue[list[Message] | None] = asyncio.Queue()

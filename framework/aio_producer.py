@@ -29,6 +29,7 @@ from framework.message import (
     TransactionSendResult,
 )
 from framework.producer_base import TRANSACTIONAL, ProducerBase, batch_topic, to_state
+from framework.signing import CredentialsLike
 from framework.transport import AsyncBrokerClient
 
 log = logging.getLogger("halfmq.producer")
@@ -57,6 +58,7 @@ class AsyncTransactionProducer(ProducerBase):
         heartbeat_interval: float = 30.0,
         check_immunity_seconds: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        credentials: CredentialsLike = None,
     ) -> None:
         super().__init__(
             group,
@@ -67,9 +69,14 @@ class AsyncTransactionProducer(ProducerBase):
             retry=retry,
             heartbeat_interval=heartbeat_interval,
             check_immunity_seconds=check_immunity_seconds,
+            credentials=credentials,
         )
         self.client = AsyncBrokerClient(
-            self.brokers, timeout=self.timeout, retry=self.retry, transport=transport
+            self.brokers,
+            timeout=self.timeout,
+            retry=self.retry,
+            transport=transport,
+            credentials=self.credentials,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._checking: set[asyncio.Task[None]] = set()
@@ -120,7 +127,9 @@ class AsyncTransactionProducer(ProducerBase):
         """Push mode without a web framework (see :mod:`framework.checkserver`)."""
         from framework.checkserver import start_async_server
 
-        self._server, self.callback_url = await start_async_server(self.answer_check, host, port)
+        self._server, self.callback_url = await start_async_server(
+            self.answer_check, host, port, credentials=self.credentials
+        )
         return self.callback_url
 
     # -- sending ---------------------------------------------------------------------------------

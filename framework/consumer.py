@@ -62,7 +62,11 @@ class PushConsumer(ConsumerBase):
     ) -> None:
         super().__init__(group, brokers, **options)
         self.client = BrokerClient(
-            self.brokers, timeout=self.timeout, retry=self.retry, transport=transport
+            self.brokers,
+            timeout=self.timeout,
+            retry=self.retry,
+            transport=transport,
+            credentials=self.credentials,
         )
         self._stop = threading.Event()
         self._work: queue.Queue[list[Message] | None] = queue.Queue()

@@ -16,6 +16,7 @@ from framework.errors import ConfigurationError
 from framework.message import ConsumeResult, Message
 from framework.producer_base import check_name, default_client_id
 from framework.registry import Handlers, Registered
+from framework.signing import CredentialsLike, resolve_credentials
 
 log = logging.getLogger("halfmq.consumer")
 
@@ -130,8 +131,11 @@ class ConsumerBase:
         shutdown_timeout: float = 30.0,
         timeout: Timeout | None = None,
         retry: Retry | None = None,
+        credentials: CredentialsLike = None,
     ) -> None:
         self.group = check_name(group, "consumer group")
+        # None: HALFMQ_ACCESS_KEY / HALFMQ_SECRET_KEY, read here (neither set: unsigned, no ACL)
+        self.credentials = resolve_credentials(credentials)
         self.brokers = tuple(brokers)
         self.client_id = client_id or default_client_id()
         self.ack_mode = ack_mode

@@ -5,17 +5,22 @@
     HalfMQError                      root: catch this to catch everything below
     ├── ConfigurationError           the framework was set up wrongly (no handler, not started, ...)
     ├── BrokerUnavailableError       no broker answered after every retry and failover
-    └── BrokerError                  a broker answered with an error envelope (status, code, detail)
-        ├── InvalidRequestError      400 / 422
-        ├── NotFoundError            404
-        ├── ConflictError            409
-        ├── MessageTooLargeError     413
-        └── BrokerBusyError          429 / 503 (retried first; raised when retries run out)
+    ├── BrokerError                  a broker answered with an error envelope (status, code, detail)
+    │   ├── InvalidRequestError      400 / 422
+    │   ├── AuthenticationError      401: unsigned, unknown access key, bad signature, replayed nonce
+    │   │   └── ClockSkewError       401 TIMESTAMP_SKEWED: this machine's clock is off (skew_seconds)
+    │   ├── PermissionDeniedError    403: an address or a permission the ACL does not allow
+    │   ├── NotFoundError            404
+    │   ├── ConflictError            409
+    │   ├── MessageTooLargeError     413
+    │   └── BrokerBusyError          429 / 503 (retried first; raised when retries run out)
+    └── SignatureRejected            a push check this producer's check server refused (401)
 
 Every error carries the structured fields a caller needs: ``topic``, ``transaction_id``,
 ``msg_id`` where they are known, and for broker errors the HTTP ``status``, the broker's ``code``
-and ``detail``.  Control flow of consumers (ack/nack from a handler) is not an error: see
-:mod:`framework.consumer`.
+and ``detail``.  401 and 403 are never retried: signing again with the same keys (or the same
+clock) would be refused again.  No message ever holds a secret key.  Control flow of consumers
+(ack/nack from a handler) is not an error: see :mod:`framework.consumer`.
 """
 
 from __future__ import annotations
@@ -83,6 +88,25 @@ class InvalidRequestError(BrokerError):
     """400 or 422: the broker refused what was sent (bad names, values, system topics)."""
 
 
+class AuthenticationError(BrokerError):
+    """401: the broker could not tell who sent the request (``code``: ``SIGNATURE_MISSING``,
+    ``ACCESS_KEY_UNKNOWN``, ``SIGNATURE_INVALID``, ``NONCE_REPLAYED``; docs/acl.md)."""
+
+
+class ClockSkewError(AuthenticationError):
+    """401 ``TIMESTAMP_SKEWED``: this machine's clock is ``skew_seconds`` off the broker's
+    (positive: ahead), beyond the broker's window of ``window_seconds``."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.skew_seconds, self.window_seconds = _skew(self.detail)
+
+
+class PermissionDeniedError(BrokerError):
+    """403: the signature is good, but the ACL refuses this request (``code``:
+    ``ADDRESS_NOT_ALLOWED`` or ``PERMISSION_DENIED``; ``detail`` names the resource and need)."""
+
+
 class NotFoundError(BrokerError):
     """404: an unknown topic, group, transaction, message or receipt."""
 
@@ -99,8 +123,30 @@ class BrokerBusyError(BrokerError):
     """429 or 503: the broker shed load or was not ready, and the retries ran out."""
 
 
+class SignatureRejected(HalfMQError):
+    """A signed request this side refused: a push check whose ``X-HalfMQ-*`` headers do not
+    verify against the producer's own credentials.  ``code`` is one of the broker's 401 codes."""
+
+    status = 401
+
+    def __init__(self, code: str, message: str, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.detail = detail or {}
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"
+
+    def envelope(self) -> dict[str, Any]:
+        """The answer's body, in the broker's error shape."""
+        return {"error": {"code": self.code, "message": self.message, "detail": self.detail}}
+
+
+TIMESTAMP_SKEWED = "TIMESTAMP_SKEWED"
 _BY_STATUS: dict[int, type[BrokerError]] = {
     400: InvalidRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
     413: MessageTooLargeError,
@@ -115,9 +161,40 @@ def broker_error(
 ) -> BrokerError:
     """The exception for one error answer, with the ids the broker put in its detail."""
     cls = _BY_STATUS.get(status, BrokerError)
+    if status == 401 and code == TIMESTAMP_SKEWED:
+        cls, message = ClockSkewError, clock_skew_message(detail) or message
     fields = {
         name: detail[name]
         for name in ("topic", "transaction_id", "msg_id")
         if isinstance(detail.get(name), str)
     }
     return cls(message, status=status, code=code, detail=detail, url=url, **fields)
+
+
+def clock_skew_message(detail: dict[str, Any]) -> str | None:
+    """What a ``TIMESTAMP_SKEWED`` refusal means for the user: how far their clock is off."""
+    skew, window = _skew(detail)
+    if skew is None:
+        return None
+    direction = "ahead of" if skew > 0 else "behind"
+    allowed = "" if window is None else f" (allowed: ±{window:g} s)"
+    return (
+        f"the local clock is {abs(skew):.1f} s {direction} the broker's{allowed}: "
+        "signed requests are refused until this machine's clock is corrected (NTP)"
+    )
+
+
+def _skew(detail: dict[str, Any]) -> tuple[float | None, float | None]:
+    """``skew_seconds`` (the request's time minus the broker's) and ``window_seconds``."""
+
+    def number(name: str) -> float | None:
+        value = detail.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+    skew = number("skew_seconds")
+    request_ms, broker_ms = number("request_time_ms"), number("broker_time_ms")
+    if skew is None and request_ms is not None and broker_ms is not None:
+        skew = (request_ms - broker_ms) / 1000
+    return skew, number("window_seconds")

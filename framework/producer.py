@@ -22,6 +22,7 @@ from framework.message import (
     TransactionSendResult,
 )
 from framework.producer_base import TRANSACTIONAL, ProducerBase, batch_topic, to_state
+from framework.signing import CredentialsLike
 from framework.transport import BrokerClient
 
 log = logging.getLogger("halfmq.producer")
@@ -57,6 +58,7 @@ class TransactionProducer(ProducerBase):
         heartbeat_interval: float = 30.0,
         check_immunity_seconds: float | None = None,
         transport: httpx.BaseTransport | None = None,
+        credentials: CredentialsLike = None,
     ) -> None:
         super().__init__(
             group,
@@ -67,9 +69,14 @@ class TransactionProducer(ProducerBase):
             retry=retry,
             heartbeat_interval=heartbeat_interval,
             check_immunity_seconds=check_immunity_seconds,
+            credentials=credentials,
         )
         self.client = BrokerClient(
-            self.brokers, timeout=self.timeout, retry=self.retry, transport=transport
+            self.brokers,
+            timeout=self.timeout,
+            retry=self.retry,
+            transport=transport,
+            credentials=self.credentials,
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -123,10 +130,13 @@ class TransactionProducer(ProducerBase):
 
     def serve_checks(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Push mode without a web framework: a small built-in HTTP server answers the broker's
-        checks.  Returns (and heartbeats with) its callback URL."""
+        checks (with credentials: only those the broker signed with them).  Returns (and
+        heartbeats with) its callback URL."""
         from framework.checkserver import start_thread_server
 
-        self._server, self.callback_url = start_thread_server(self.answer_check, host, port)
+        self._server, self.callback_url = start_thread_server(
+            self.answer_check, host, port, credentials=self.credentials
+        )
         return self.callback_url
 
     # -- sending ---------------------------------------------------------------------------------

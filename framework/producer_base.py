@@ -15,6 +15,7 @@ from framework.config import CheckMode, Retry, Timeout
 from framework.errors import ConfigurationError
 from framework.message import LocalTransactionState, Message
 from framework.registry import ANY_TOPIC, Handlers, Registered
+from framework.signing import CredentialsLike, resolve_credentials
 
 log = logging.getLogger("halfmq.producer")
 
@@ -60,8 +61,11 @@ class ProducerBase:
         retry: Retry | None = None,
         heartbeat_interval: float = 30.0,
         check_immunity_seconds: float | None = None,
+        credentials: CredentialsLike = None,
     ) -> None:
         self.group = check_name(group, "producer group")
+        # None: HALFMQ_ACCESS_KEY / HALFMQ_SECRET_KEY, read here (neither set: unsigned, no ACL)
+        self.credentials = resolve_credentials(credentials)
         self.brokers = tuple(brokers)
         self.client_id = client_id or default_client_id()
         self.check_mode = check or CheckMode.pull()

@@ -127,6 +127,7 @@ def parse_error(answer: Answer, fields: Mapping[str, str]) -> BrokerError:
         envelope = answer.json()["error"]
         code, message = str(envelope["code"]), str(envelope["message"])
         detail = envelope.get("detail") or {}
+        detail = detail if isinstance(detail, dict) else {"detail": detail}
     except (ValueError, TypeError, KeyError):
         code, message, detail = "HTTP_ERROR", answer.content[:200].decode(errors="replace"), {}
     error = broker_error(answer.status, code, message, detail, answer.url)

@@ -23,6 +23,11 @@ removed on exit: SQLite's shared-cache in-memory databases answer concurrent rea
 writer with SQLITE_LOCKED, which ``busy_timeout`` does not retry, so the broker's separate reader
 and writer engines need a real file (WAL) to run side by side.
 
+With the ACL on (``InProcessBroker(acl_file=..., credentials=("operator", "..."))``), the
+broker's own helpers (:meth:`~InProcessBroker.client`, :meth:`~InProcessBroker.create_topic`...)
+sign with ``credentials`` (default: ``HALFMQ_ACCESS_KEY`` / ``HALFMQ_SECRET_KEY``, or unsigned);
+each producer or consumer signs with its own: the transports only carry what a client signed.
+
 The async face calls the app through ``httpx.ASGITransport`` in the test's own event loop.  httpx
 has no sync ASGI transport, so the sync face runs the app's lifespan and requests on an event loop
 in one dedicated thread and bridges each request to it (:class:`SyncASGIBridge`).  This bridge is
@@ -44,6 +49,8 @@ from typing import Any, TypeVar
 
 import httpx
 from asgi_lifespan import LifespanManager
+
+from framework.signing import CredentialsLike, HalfmqAuth, resolve_credentials
 
 T = TypeVar("T")
 
@@ -107,13 +114,16 @@ class SyncASGIBridge(httpx.BaseTransport):
 
 
 class InProcessBroker:
-    """The real broker app on a private SQLite database, reachable through httpx transports."""
+    """The real broker app on a private SQLite database, reachable through httpx transports.
+    ``settings`` are the broker's (``BrokerSettings`` keywords); ``credentials`` sign the requests
+    of this object's own clients."""
 
     url = "http://halfmq-test-broker"
 
-    def __init__(self, **settings: Any) -> None:
+    def __init__(self, *, credentials: CredentialsLike = None, **settings: Any) -> None:
         from broker_service.settings import BrokerSettings
 
+        self.credentials = resolve_credentials(credentials)
         self._dir = Path(tempfile.mkdtemp(prefix="halfmq-test-"))
         values = {**FAST_CHECKS, **settings}
         values.setdefault("database_url", f"sqlite:///{self._dir / f'{uuid.uuid4().hex}.db'}")
@@ -164,8 +174,11 @@ class InProcessBroker:
         return self._async_transport
 
     def async_client(self) -> httpx.AsyncClient:
-        """A raw client on the broker (for assertions on its REST answers)."""
-        return httpx.AsyncClient(transport=self.async_transport, base_url=self.url)
+        """A raw client on the broker (for assertions on its REST answers), signing with
+        ``credentials``."""
+        return httpx.AsyncClient(
+            transport=self.async_transport, base_url=self.url, auth=self._auth()
+        )
 
     # -- sync face ---------------------------------------------------------------------------------
 
@@ -220,7 +233,11 @@ class InProcessBroker:
         return self._transport
 
     def client(self) -> httpx.Client:
-        return httpx.Client(transport=self.transport, base_url=self.url)
+        """A raw client on the broker, signing with ``credentials``."""
+        return httpx.Client(transport=self.transport, base_url=self.url, auth=self._auth())
+
+    def _auth(self) -> HalfmqAuth | None:
+        return None if self.credentials is None else HalfmqAuth(self.credentials)
 
     def create_topic(self, name: str = "transfers", queues: int = 4) -> str:
         with self.client() as client:

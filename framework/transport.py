@@ -1,6 +1,8 @@
 """The only I/O of the client: two small drivers of :mod:`framework.protocol`, one on
 ``httpx.Client`` (threads, ``time.sleep``) and one on ``httpx.AsyncClient`` (``asyncio.sleep``).
-Neither hides the other: the sync face runs no event loop."""
+Neither hides the other: the sync face runs no event loop.  With credentials, both sign every
+request (and every retry, afresh) through :class:`~framework.signing.HalfmqAuth`, which sits on
+the client, so a transport given for tests (``framework.testing``) is signed through as well."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import httpx
 
 from framework.config import Retry, Timeout
 from framework.protocol import Answer, Attempts, Call, Endpoints
+from framework.signing import Credentials, HalfmqAuth
 
 T = TypeVar("T")
 
@@ -25,6 +28,10 @@ def _limits() -> httpx.Limits:
     return httpx.Limits(max_connections=64, max_keepalive_connections=32)
 
 
+def _auth(credentials: Credentials | None) -> HalfmqAuth | None:
+    return None if credentials is None else HalfmqAuth(credentials)
+
+
 class BrokerClient:
     """Calls the brokers from threads (``httpx.Client`` is thread-safe)."""
 
@@ -35,11 +42,14 @@ class BrokerClient:
         timeout: Timeout = DEFAULT_TIMEOUT,
         retry: Retry = DEFAULT_RETRY,
         transport: httpx.BaseTransport | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.endpoints = Endpoints(brokers)
         self.timeout = timeout
         self.retry = retry
-        self.http = httpx.Client(headers=_HEADERS, transport=transport, limits=_limits())
+        self.http = httpx.Client(
+            headers=_HEADERS, transport=transport, limits=_limits(), auth=_auth(credentials)
+        )
 
     def call(self, call: Call[T], retry: Retry | None = None) -> T:
         attempts = Attempts(self.endpoints, retry or self.retry, call)
@@ -79,11 +89,14 @@ class AsyncBrokerClient:
         timeout: Timeout = DEFAULT_TIMEOUT,
         retry: Retry = DEFAULT_RETRY,
         transport: httpx.AsyncBaseTransport | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.endpoints = Endpoints(brokers)
         self.timeout = timeout
         self.retry = retry
-        self.http = httpx.AsyncClient(headers=_HEADERS, transport=transport, limits=_limits())
+        self.http = httpx.AsyncClient(
+            headers=_HEADERS, transport=transport, limits=_limits(), auth=_auth(credentials)
+        )
 
     async def call(self, call: Call[T], retry: Retry | None = None) -> T:
         attempts = Attempts(self.endpoints, retry or self.retry, call)

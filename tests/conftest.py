@@ -7,6 +7,7 @@ except under ``CI=true``, where it fails.
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +32,18 @@ def _pg_or_skip() -> None:
         if IN_CI:
             pytest.fail(f"PostgreSQL is required in CI and unreachable: {exc}")
         pytest.skip(f"PostgreSQL unreachable: {exc}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_garbage_per_module() -> Iterator[None]:
+    """Collect garbage as each module ends.
+
+    Something leaked (an engine never disposed, a socket never closed) warns only when the collector
+    reaches it, and the warning fails whichever test is running then.  Collecting here pins it on the
+    module that leaked it.
+    """
+    yield
+    gc.collect()
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@
         --effect yes), print the transaction id, then hang -- the test kills it with SIGKILL.
     python -m tests.producer_app serve BROKER GROUP LOCAL_DB --mode push|pull [--answer local|UNKNOWN|COMMIT]
         a new instance of GROUP: heartbeats and answers checks from LOCAL_DB (COMMIT when the key
-        is there, ROLLBACK when not), by push (an HTTP server) or pull (long-poll).  Every check it
-        gets is appended to LOCAL_DB's ``checks`` table.
+        is there, ROLLBACK when not), by push (an HTTP server on --port with a listen --backlog)
+        or pull (long-poll).  Every check it gets is appended to LOCAL_DB's ``checks`` table.
 """
 
 from __future__ import annotations
@@ -97,7 +97,10 @@ def serve(args: argparse.Namespace) -> None:
             def log_message(self, *_: Any) -> None:
                 pass
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = args.backlog  # a plain server's listen backlog: 5 by default
+
+        server = Server(("127.0.0.1", args.port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         callback_url = f"http://127.0.0.1:{server.server_address[1]}/check"
 
@@ -158,6 +161,8 @@ def main() -> None:
             p.add_argument("--answer", default="local")
             p.add_argument("--delay", type=float, default=0.0)
             p.add_argument("--client-id", default=None)
+            p.add_argument("--port", type=int, default=0, help="push: the check server's port")
+            p.add_argument("--backlog", type=int, default=5, help="push: its listen backlog")
     args = parser.parse_args()
     {"half": half, "serve": serve}[args.command](args)
 

@@ -11,14 +11,20 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from broker_service.acl.runtime import AclRuntime
 from broker_service.api import bodies, errors
+from broker_service.api.gate import AclGate
+from broker_service.api.hardening import HeaderLimits, TrustedHosts, allowed_hosts
 from broker_service.api.limits import BodyLimit
 from broker_service.api.metrics import BrokerMetrics
+from broker_service.api.routes import acl as acl_routes
 from broker_service.api.routes import checks, messages, ops, producers, topics, transactions
 from broker_service.api.routes import consumers as consumer_routes
+from broker_service.domain.callbacks import CallbackPolicy
 from broker_service.domain.checkback import CheckBack, CheckPolicy
 from broker_service.domain.config import DomainConfig
 from broker_service.domain.service import BrokerService
+from broker_service.logs import redact, safe_url
 from broker_service.schedulers.checkback import CheckBackScheduler, PullHub
 from broker_service.schedulers.delays import DelayScheduler
 from broker_service.settings import BrokerSettings
@@ -34,6 +40,7 @@ def domain_config(settings: BrokerSettings) -> DomainConfig:
         max_message_bytes=settings.max_message_bytes,
         delay_levels_ms=settings.delay_levels_ms,
         transaction_timeout_ms=int(settings.transaction_timeout_seconds * 1000),
+        max_delay_ms=int(settings.max_delay_seconds * 1000),
     )
 
 
@@ -43,6 +50,8 @@ def check_policy(settings: BrokerSettings) -> CheckPolicy:
         interval_ms=int(settings.transaction_check_interval_seconds * 1000),
         producer_expiry_ms=int(settings.producer_expiry_seconds * 1000),
         push_timeout_ms=int(settings.check_timeout_seconds * 1000),
+        unreachable_ms=int(settings.check_unreachable_seconds * 1000),
+        undelivered_alert_ms=int(settings.check_undelivered_alert_seconds * 1000),
         broker_id=settings.broker_id or f"{socket.gethostname()}:{os.getpid()}:{settings.port}",
     )
 
@@ -73,6 +82,20 @@ def _tune_gc() -> None:
     gc.set_threshold(SERVER_GC_THRESHOLD, middle, oldest)
 
 
+def acl_runtime(settings: BrokerSettings, service: BrokerService) -> AclRuntime | None:
+    """The ACL when ``acl_file`` is set; a malformed file refuses the start (line and reason)."""
+    if settings.acl_file is None:
+        return None
+    return AclRuntime(
+        settings.acl_file,
+        service.store,
+        service.clock,
+        broker_id=settings.broker_id or f"{socket.gethostname()}:{os.getpid()}:{settings.port}",
+        window_ms=int(settings.acl_window_seconds * 1000),
+        reload_seconds=settings.acl_reload_seconds,
+    )
+
+
 def create_app(settings: BrokerSettings, *, server_gc: bool = False) -> FastAPI:
     """``server_gc``: tune the cyclic garbage collector for a process that is the broker (not for
     one that builds many apps, as the tests do), once it has started -- see :func:`_tune_gc`."""
@@ -81,11 +104,21 @@ def create_app(settings: BrokerSettings, *, server_gc: bool = False) -> FastAPI:
     metrics = BrokerMetrics()
     checkback = CheckBack(check_policy(settings), service.clock)
     hub = PullHub()
+    acl = acl_runtime(settings, service)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store.open()
-        log.info("broker ready on %s (%s store)", settings.database_url, store.dialect)
+        where = safe_url(settings.database_url)
+        if store.schema_current:
+            log.info("broker ready on %s (%s store)", where, store.dialect)
+        else:
+            reason = redact(store.schema_reason)
+            log.warning(
+                "broker started on %s (%s store), not ready: %s", where, store.dialect, reason
+            )
+        if acl is not None and store.schema_current:
+            await acl.start()
         scheduler = None
         delays = DelayScheduler(service)
         if settings.scheduler:
@@ -98,6 +131,7 @@ def create_app(settings: BrokerSettings, *, server_gc: bool = False) -> FastAPI:
                 interval_seconds=settings.transaction_check_interval_seconds,
                 push_timeout_seconds=settings.check_timeout_seconds,
                 round_max=settings.check_round_max,
+                secret_for=None if acl is None else (lambda key: acl.config.secret_for(key)),
             )
             scheduler.start()
         app.state.scheduler = scheduler
@@ -109,6 +143,8 @@ def create_app(settings: BrokerSettings, *, server_gc: bool = False) -> FastAPI:
             await delays.stop()
             if scheduler is not None:
                 await scheduler.stop()
+            if acl is not None:
+                await acl.stop()
             store.close()
 
     app = FastAPI(
@@ -128,10 +164,24 @@ def create_app(settings: BrokerSettings, *, server_gc: bool = False) -> FastAPI:
     app.state.service = service
     app.state.checkback = checkback
     app.state.pull_hub = hub
+    app.state.acl = acl
+    app.state.callbacks = CallbackPolicy(settings.callback_hosts)
     errors.install(app)
-    for module in (topics, transactions, producers, checks, messages, ops):
+    for module in (topics, transactions, producers, checks, messages, ops, acl_routes):
         app.include_router(module.router)
     consumer_routes.install(app, settings, service, check_policy(settings).broker_id)
     bodies.install_schemas(app)
+    # Outermost last: header limits, then the Host check, then the body limit, then the ACL gate
+    # (which reads the body to check its signature, inside the body limit).
+    app.add_middleware(
+        AclGate,
+        acl=acl,
+        public_ops=settings.acl_public_ops,
+        rate_per_second=settings.acl_rate_limit,
+    )
     app.add_middleware(BodyLimit, limit=request_limit(settings))
+    app.add_middleware(TrustedHosts, allowed_hosts=allowed_hosts(settings))
+    app.add_middleware(
+        HeaderLimits, max_bytes=settings.max_header_bytes, max_headers=settings.max_headers
+    )
     return app

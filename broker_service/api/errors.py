@@ -10,12 +10,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from broker_service.api.schemas import ErrorEnvelope
 from broker_service.domain.errors import (
     BrokerError,
     Busy,
     Conflict,
+    Forbidden,
     InvalidName,
     InvalidRequest,
     MessageTooLarge,
@@ -23,6 +25,7 @@ from broker_service.domain.errors import (
     NotReady,
     SystemTopic,
 )
+from broker_service.logs import redact
 
 log = logging.getLogger("halfmq.api")
 
@@ -32,6 +35,7 @@ _STATUS: list[tuple[type[BrokerError], int]] = [
     (SystemTopic, 400),
     (InvalidRequest, 422),
     (NotFound, 404),
+    (Forbidden, 403),
     (Conflict, 409),
     (MessageTooLarge, 413),
     (Busy, 429),
@@ -79,8 +83,9 @@ def _plain(value: Any) -> Any:
 
 
 def _text(value: str) -> str:
-    """Echoed input may hold lone surrogates, which UTF-8 cannot carry: replace them."""
-    return value.encode("utf-8", errors="replace").decode("utf-8")
+    """Echoed input may hold lone surrogates, which UTF-8 cannot carry: replace them; a password
+    or token (a store error naming its URL) is masked."""
+    return redact(value.encode("utf-8", errors="replace").decode("utf-8"))
 
 
 async def _broker_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -101,10 +106,32 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return envelope(422, "INVALID_REQUEST", f"{where or 'request'}: {first['msg']}", errors=errors)
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "HTTP_ERROR")
-    return envelope(exc.status_code, code, str(exc.detail))
+    response = envelope(exc.status_code, code, str(exc.detail))
+    if exc.headers:
+        response.headers.update(exc.headers)
+    if exc.status_code == 405:
+        response.headers["Allow"] = allowed_methods(request) or response.headers.get("Allow", "")
+    return response
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method the path answers, across its routes (Starlette's 405 names only the first
+    route's, and ``GET /v1/topics`` and ``POST /v1/topics`` are two routes): each method is
+    tried against the router as the request with that method."""
+    routes = request.app.router.routes
+    return ", ".join(
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    )
 
 
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
@@ -122,12 +149,18 @@ def install(app: FastAPI) -> None:
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorEnvelope, "description": description}
     for status, description in {
-        400: "Malformed JSON or a bad name",
+        400: "Malformed JSON, a bad name, or a Host the broker does not answer to (INVALID_HOST)",
+        401: "ACL on: unsigned (SIGNATURE_MISSING), unknown key (ACCESS_KEY_UNKNOWN), bad signature "
+        "(SIGNATURE_INVALID), timestamp outside the window (TIMESTAMP_SKEWED) or a replayed "
+        "nonce (NONCE_REPLAYED)",
+        403: "ACL on: address not white-listed (ADDRESS_NOT_ALLOWED) or permission missing "
+        "(PERMISSION_DENIED); a callback host the broker does not allow (CALLBACK_NOT_ALLOWED)",
         404: "Unknown topic, transaction or message",
         409: "Conflict with what is stored",
         413: "Body over max_message_bytes",
         422: "Wrong types or bad values",
         429: "The broker sheds load",
+        431: "Over max_headers headers or max_header_bytes of them (HEADERS_TOO_LARGE)",
         503: "Not ready",
     }.items()
 }

@@ -40,8 +40,11 @@ class BrokerMetrics:
         )
         self.checks = Counter(
             "halfmq_checks",
-            "Check-back events: sent, answered, failed (push); assigned_pull, pulled; "
-            "skipped_no_producer (a round with no live instance, not counted against the half)",
+            "Check-back events: sent; answered, failed (received without an answer: an error "
+            "status or a time-out after sending; counted); undelivered (reached nobody: not "
+            "counted), redirected (to another instance in the same round); assigned_pull, "
+            "pulled; skipped_no_producer, skipped_unreachable (no live, or no reachable, "
+            "instance: not counted)",
             ["outcome"],
             registry=self.registry,
         )
@@ -55,6 +58,12 @@ class BrokerMetrics:
             "halfmq_pending_halves",
             "PREPARED halves at least this old (seconds), read from the store at scrape time",
             ["older_than_seconds"],
+            registry=self.registry,
+        )
+        self.undelivered = Gauge(
+            "halfmq_undelivered_halves",
+            "Open halves whose checks have reached no producer instance for at least "
+            "check_undelivered_alert_seconds (never discarded for it; see last_check_error)",
             registry=self.registry,
         )
         self.ready = Gauge(

@@ -415,6 +415,16 @@ class TransactionOut(BaseModel):
     created_at: str
     resolved_at: str | None = None
     resolved_by: Literal["producer", "check", "operator"] | None = None
+    last_checked_at: str | None = Field(None, description="When a check last reached an instance")
+    last_check_error: str | None = Field(
+        None,
+        description="The last check that went wrong: not delivered (not counted), or received "
+        "with no answer (counted)",
+    )
+    last_check_error_at: str | None = None
+    undelivered_since: str | None = Field(
+        None, description="Since when this half's checks have reached no instance"
+    )
 
 
 class TransactionListOut(BaseModel):

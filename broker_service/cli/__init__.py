@@ -2,7 +2,8 @@
 
 ``halfmq broker serve``, ``halfmq db upgrade``, ``halfmq export`` and ``halfmq reconcile`` work on
 the store directly; every other command talks REST to ``--broker URL`` (env ``HALFMQ_BROKER``,
-default http://127.0.0.1:9876).
+default http://127.0.0.1:9876), signing its requests with ``--access-key`` / ``--secret-key`` (env
+``HALFMQ_ACCESS_KEY`` / ``HALFMQ_SECRET_KEY``) for a broker with the ACL on.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import typer
 
 from broker_service.cli import (
+    acl,
     broker,
     consume,
     db,
@@ -37,6 +39,7 @@ app.add_typer(transactions.app, name="transaction")
 app.add_typer(messages.app, name="message")
 app.add_typer(groups.app, name="group")
 app.add_typer(dlq.app, name="dlq")
+app.add_typer(acl.app, name="acl")
 app.command("consume")(consume.consume)
 app.command("demo")(demo.demo)
 # The reconciliation job's commands import pyspark / pyarrow only when run.

@@ -7,6 +7,10 @@ one exception hierarchy the commands render::
     +-- BrokerUnreachable       no connection, or no answer in time (``url``, ``reason``)
     +-- BrokerErrorResponse     a non-2xx answer (``status``, ``code``, ``message``, ``detail``)
     +-- UnexpectedAnswer        a 2xx answer that is not the contract's JSON (not a halfmq broker?)
+
+With credentials every request is signed (``framework.signing.HalfmqAuth``, the framework's own
+signer); a broker with the ACL on answers an unsigned or refused request 401 or 403, and a
+``TIMESTAMP_SKEWED`` refusal says how far this machine's clock is off.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from typing import Any, Self
 from urllib.parse import quote
 
 import httpx
+
+from framework.errors import TIMESTAMP_SKEWED, clock_skew_message
+from framework.signing import Credentials, HalfmqAuth
 
 DEFAULT_BROKER = "http://127.0.0.1:9876"
 Json = dict[str, Any]
@@ -47,9 +54,16 @@ class BrokerUnreachable(ClientError):
 
 class BrokerErrorResponse(ClientError):
     def __init__(self, status: int, code: str, message: str, detail: Json) -> None:
+        if status == 401 and code == TIMESTAMP_SKEWED:
+            message = clock_skew_message(detail) or message
         super().__init__(message, detail)
         self.status = status
         self.code = code
+
+    @property
+    def refused(self) -> bool:
+        """The ACL refused the request: unsigned, bad keys, clock skew (401) or not allowed (403)."""
+        return self.status in (401, 403)
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> BrokerErrorResponse:
@@ -83,11 +97,19 @@ def _segment(value: str) -> str:
 
 
 class BrokerClient:
-    """``with BrokerClient(url) as client: client.list_topics()``."""
+    """``with BrokerClient(url) as client: client.list_topics()``; with ``credentials`` every
+    request is signed."""
 
-    def __init__(self, base_url: str = DEFAULT_BROKER, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BROKER,
+        *,
+        timeout: float = 10.0,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        auth = None if credentials is None else HalfmqAuth(credentials)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, auth=auth)
 
     def close(self) -> None:
         self._http.close()
@@ -175,6 +197,23 @@ class BrokerClient:
     ) -> list[Json]:
         params = _params(topic=topic, key=key, begin=begin, end=end, limit=limit)
         return self._list(self._request("GET", "/v1/messages", params=params), "messages")
+
+    # -- the ACL (mqadmin's ACL commands) --------------------------------------------------------
+
+    def acl(self, part: str = "") -> Json:
+        return self._json(self._request("GET", f"/v1/acl{part}"))
+
+    def update_account(self, access_key: str, changes: Json) -> Json:
+        path = f"/v1/acl/accounts/{_segment(access_key)}"
+        return self._json(self._request("PUT", path, json=changes))
+
+    def delete_account(self, access_key: str) -> None:
+        self._request("DELETE", f"/v1/acl/accounts/{_segment(access_key)}")
+
+    def update_global_white(self, addresses: list[str]) -> Json:
+        return self._json(
+            self._request("PUT", "/v1/acl/global-white", json={"addresses": addresses})
+        )
 
     # -- transport -------------------------------------------------------------------------------
 

@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 
 from broker_service.cli.groups import ConsumerCalls, GroupArgument
-from broker_service.cli.output import DEFAULT_BROKER, BrokerOption, TimeoutOption, connect
+from broker_service.cli.output import (
+    DEFAULT_BROKER,
+    AccessKeyOption,
+    BrokerOption,
+    SecretKeyOption,
+    TimeoutOption,
+    connect,
+    credentials,
+)
 
 
 def consume(
@@ -32,13 +40,15 @@ def consume(
     ] = False,
     broker: BrokerOption = DEFAULT_BROKER,
     timeout: TimeoutOption = 40.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Receive messages of GROUP, print each as one JSON line, and ack them."""
     import os
 
     member = client_id or f"halfmq-cli-{os.getpid()}"
     seen = 0
-    with connect(broker, timeout, False) as client:
+    with connect(broker, timeout, False, credentials(access_key, secret_key)) as client:
         calls = ConsumerCalls(client)
         idle_since = time.monotonic()
         while count is None or seen < count:

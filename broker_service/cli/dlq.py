@@ -10,10 +10,13 @@ from rich.text import Text
 from broker_service.cli.groups import ConsumerCalls, GroupArgument
 from broker_service.cli.output import (
     DEFAULT_BROKER,
+    AccessKeyOption,
     BrokerOption,
     JsonOption,
+    SecretKeyOption,
     TimeoutOption,
     connect,
+    credentials,
     show,
     table,
 )
@@ -28,9 +31,11 @@ def list_(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Messages in %DLQ%GROUP, oldest first (resent ones show when)."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         dead = ConsumerCalls(client).dlq(group, limit)
     show(
         {"messages": dead},
@@ -61,8 +66,10 @@ def resend(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Send a dead message back to its group (reconsume count reset)."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         answer = ConsumerCalls(client).resend(group, msg_id)
     show(answer, as_json, lambda m: Text(f"resent {m['msg_id']} to {group}"))

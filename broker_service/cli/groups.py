@@ -10,10 +10,13 @@ from rich.console import Group, RenderableType
 from broker_service.cli.client import BrokerClient, Json, _segment
 from broker_service.cli.output import (
     DEFAULT_BROKER,
+    AccessKeyOption,
     BrokerOption,
     JsonOption,
+    SecretKeyOption,
     TimeoutOption,
     connect,
+    credentials,
     fields_panel,
     show,
     table,
@@ -97,6 +100,8 @@ def create(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Create a consumer group (the same config again is fine; another is 409) and subscribe it."""
     body: Json = {
@@ -110,7 +115,7 @@ def create(
         body["consume_timestamp"] = stamp
     if max_reconsume_times is not None:
         body["max_reconsume_times"] = max_reconsume_times
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         calls = ConsumerCalls(client)
         answer, created = calls.create_group(body)
         for item in topic or []:
@@ -127,9 +132,11 @@ def show_(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Members, subscriptions, and per queue: committed and max offset, lag, in flight, retrying, dead."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         answer = ConsumerCalls(client).show(group)
     show(answer, as_json, lambda g: render_group(g, f"consumer group {group}"))
 
@@ -144,11 +151,13 @@ def reset_offset(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Consume TOPIC again from the first message stored at or after TIMESTAMP."""
     stamp = time_option(timestamp, "--timestamp")
     assert stamp is not None
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         answer = ConsumerCalls(client).reset_offset(group, topic, stamp)
     show(
         answer,

@@ -12,10 +12,13 @@ from rich.text import Text
 from broker_service.cli.client import Json
 from broker_service.cli.output import (
     DEFAULT_BROKER,
+    AccessKeyOption,
     BrokerOption,
     JsonOption,
+    SecretKeyOption,
     TimeoutOption,
     connect,
+    credentials,
     fields_panel,
     show,
     table,
@@ -35,9 +38,11 @@ def get(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Show a message, its stage (HALF, COMMITTED, STORED, ...) and its copies in every topic."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         message = client.get_message(msg_id)
     show(message, as_json, render_message)
 
@@ -56,10 +61,12 @@ def find(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Find messages by key and/or topic in a time range (RocketMQ's query by key)."""
     since, until = time_option(begin, "--begin"), time_option(end, "--end")
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         found = client.find_messages(topic, key, since, until, limit)
     show({"messages": found}, as_json, lambda answer: render_messages(answer["messages"]))
 

@@ -2,7 +2,8 @@
 
 A command's answer goes to stdout, as Rich tables and panels or, with ``--json``, as the broker's
 raw JSON; errors go to stderr as one line (``--json``: the error envelope) and exit 1.  Usage errors
-(bad options) are Click's: exit 2.
+(bad options) are Click's: exit 2.  With ``--access-key`` / ``--secret-key`` (or their environment
+variables) every request is signed (:mod:`broker_service.cli.credentials`).
 """
 
 from __future__ import annotations
@@ -28,14 +29,19 @@ from broker_service.cli.client import (
     ClientError,
     Json,
 )
+from broker_service.cli.credentials import AccessKeyOption, SecretKeyOption, credentials
+from framework.signing import Credentials
 
 __all__ = [
     "DEFAULT_BROKER",
+    "AccessKeyOption",
     "BrokerOption",
     "JsonOption",
+    "SecretKeyOption",
     "TimeoutOption",
     "cell",
     "connect",
+    "credentials",
     "fields_panel",
     "show",
     "table",
@@ -92,10 +98,13 @@ def time_option(value: str | None, hint: str) -> str | int | None:
 
 
 @contextmanager
-def connect(broker: str, timeout: float, as_json: bool) -> Iterator[BrokerClient]:
-    """A client whose failures become one line on stderr and exit code 1 -- never a traceback."""
+def connect(
+    broker: str, timeout: float, as_json: bool, keys: Credentials | None = None
+) -> Iterator[BrokerClient]:
+    """A client (signing with ``keys``) whose failures become one line on stderr and exit code 1
+    -- never a traceback."""
     try:
-        with BrokerClient(broker, timeout=timeout) as client:
+        with BrokerClient(broker, timeout=timeout, credentials=keys) as client:
             yield client
     except ClientError as exc:
         _print_error(exc, as_json)
@@ -111,12 +120,24 @@ def _print_error(error: ClientError, as_json: bool) -> None:
     if isinstance(error, BrokerErrorResponse):
         line.append(f"{error.code} (HTTP {error.status}): ", style="bold")
     line.append(error.message)
+    if isinstance(error, BrokerErrorResponse) and error.refused:
+        line.append(_KEY_HINTS.get(error.code, ""))
+        err.print(line, soft_wrap=True)  # one line: the detail of a refusal adds nothing to act on
+        return
     err.print(line, soft_wrap=True)
     if isinstance(error, BrokerUnreachable):
         hint = "is it running? pass --broker URL or set HALFMQ_BROKER"
         err.print(Text(hint, style="dim"), soft_wrap=True)
     elif detail := _detail_line(error.detail):
         err.print(Text(detail, style="dim"), soft_wrap=True)
+
+
+_KEY_HINTS = {
+    "SIGNATURE_MISSING": " (give --access-key and --secret-key, or set HALFMQ_ACCESS_KEY and "
+    "HALFMQ_SECRET_KEY)",
+    "ACCESS_KEY_UNKNOWN": " (check --access-key / HALFMQ_ACCESS_KEY)",
+    "SIGNATURE_INVALID": " (check --secret-key / HALFMQ_SECRET_KEY)",
+}
 
 
 def _detail_line(detail: Json) -> str:

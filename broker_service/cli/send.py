@@ -12,10 +12,13 @@ from rich.console import RenderableType
 from broker_service.cli.client import Json
 from broker_service.cli.output import (
     DEFAULT_BROKER,
+    AccessKeyOption,
     BrokerOption,
     JsonOption,
+    SecretKeyOption,
     TimeoutOption,
     connect,
+    credentials,
     fields_panel,
     show,
     time_option,
@@ -65,6 +68,8 @@ def send(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Send one message to TOPIC; prints where it was stored."""
     message = _body(body, base64_file)
@@ -80,7 +85,7 @@ def send(
             msg_id=msg_id,
         )
     )
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         result = client.send(topic, message)
     show(result, as_json, render_result)
 

@@ -11,10 +11,13 @@ from rich.text import Text
 from broker_service.cli.client import Json
 from broker_service.cli.output import (
     DEFAULT_BROKER,
+    AccessKeyOption,
     BrokerOption,
     JsonOption,
+    SecretKeyOption,
     TimeoutOption,
     connect,
+    credentials,
     fields_panel,
     show,
     table,
@@ -40,9 +43,11 @@ def create(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Create a topic; creating it again with the same config is fine, with another it is 409."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         topic, created = client.create_topic(name, queues, order)
     title = f"created topic {name}" if created else f"topic {name} exists (same config)"
     show(topic, as_json, lambda t: render_topic(t, title))
@@ -53,9 +58,11 @@ def list_(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """List the topics with their queues and message counts."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         topics = client.list_topics()
     show({"topics": topics}, as_json, lambda answer: render_topics(answer["topics"]))
 
@@ -66,9 +73,11 @@ def show_(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Show one topic and each queue's min/max offset."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         topic = client.get_topic(name)
     show(topic, as_json, lambda t: render_topic(t, f"topic {name}"))
 
@@ -79,9 +88,11 @@ def delete(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Delete a topic (its offsets continue if it is created again)."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         client.delete_topic(name)
     show({"topic": name, "deleted": True}, as_json, lambda _: Text(f"deleted topic {name}"))
 

@@ -13,10 +13,13 @@ from rich.text import Text
 from broker_service.cli.client import Json
 from broker_service.cli.output import (
     DEFAULT_BROKER,
+    AccessKeyOption,
     BrokerOption,
     JsonOption,
+    SecretKeyOption,
     TimeoutOption,
     connect,
+    credentials,
     fields_panel,
     show,
     table,
@@ -63,9 +66,11 @@ def show_(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Show one transaction: its state, checks and who resolved it."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         record = client.get_transaction(transaction_id)
     show(record, as_json, render_transaction)
 
@@ -84,10 +89,12 @@ def list_(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """List transactions, oldest first; e.g. the stuck ones: --state PREPARED --older-than 1m."""
     older_than_seconds = seconds(older_than)
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         records = client.list_transactions(
             state.value if state else None, producer_group, older_than_seconds, limit
         )
@@ -115,9 +122,11 @@ def resolve(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Commit or roll back a transaction as an operator (e.g. a DISCARDED one)."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         answer = client.resolve_transaction(transaction_id, decision.value)
         record = client.get_transaction(transaction_id)
     show(answer if as_json else record, as_json, render_transaction)
@@ -129,9 +138,11 @@ def check(
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
 ) -> None:
     """Check a transaction with its producer group again now (also a DISCARDED one)."""
-    with connect(broker, timeout, as_json) as client:
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         record = client.check_transaction(transaction_id)
     show(record, as_json, render_transaction)
 

@@ -6,9 +6,18 @@ store, so several brokers on one database never check one half twice, and decide
 * its topic is gone, or it was checked ``transaction_check_max`` times: park it as DISCARDED (a copy
   goes to ``RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``); it stays resolvable by its producer or an operator;
 * no instance of its producer group is live: skip it -- the round costs it nothing;
-* otherwise choose one live instance (round-robin, preferring instances that declared the topic):
-  a push instance gets an HTTP check now (``check_times`` + 1); a pull instance gets the check
-  assigned and counts it when it pulls it.
+* live instances, but every one is kept aside as unreachable: skip it too, uncounted, noting why;
+* otherwise choose one reachable live instance (round-robin, preferring instances that declared
+  the topic): a push instance gets an HTTP check now; a pull instance gets the check assigned.
+
+``check_times`` counts only checks that reached an instance: a push check once the scheduler knows
+the producer received it (:meth:`CheckBack.delivered`: an answer, an error status, a time-out after
+the request was sent), a pull check when the instance takes it.  A push check that reached nobody
+(refused, reset, a connect time-out, a DNS or TLS failure) is :meth:`CheckBack.undelivered`: the
+instance is kept aside for ``unreachable_ms`` and the check goes to another reachable instance in
+the same round, or the half waits a round, uncounted.  A half whose checks keep failing delivery is
+reported after ``undelivered_alert_ms``, never discarded for it.  A broker that dies between claim
+and send leaves only the claim, which expires.
 
 The answer is applied exactly like a producer's own commit or rollback (``ResolvedBy.CHECK``).
 """
@@ -34,6 +43,13 @@ DISCARD_CHECK_MAX = "CHECK_MAX"
 DISCARD_TOPIC_DELETED = "TOPIC_DELETED"
 DISCARD_HALF_MISSING = "HALF_MISSING"
 
+_OPEN_STATES = (TransactionState.PREPARED, TransactionState.DISCARDED)
+_ERROR_MAX = 1000  # characters of a delivery error kept with the half and the instance
+
+
+def _client(instance: ProducerInstance) -> str:
+    return instance.client_id
+
 
 @dataclass(frozen=True, slots=True)
 class CheckPolicy:
@@ -42,6 +58,8 @@ class CheckPolicy:
     producer_expiry_ms: int = 120_000
     push_timeout_ms: int = 3_000
     broker_id: str = "broker"
+    unreachable_ms: int = 30_000
+    undelivered_alert_ms: int = 3_600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +84,25 @@ class PushCheck:
     instance: ProducerInstance
 
 
+@dataclass(frozen=True, slots=True)
+class Overdue:
+    """A half whose checks have failed to reach any instance since ``since``."""
+
+    transaction_id: str
+    producer_group: str
+    since: int
+    error: str
+
+
 @dataclass(slots=True)
 class RoundReport:
     claimed: int = 0
     pushes: list[PushCheck] = field(default_factory=list)
     pull_assigned: Counter[tuple[str, str]] = field(default_factory=Counter)
     skipped_no_producer: list[str] = field(default_factory=list)
+    skipped_unreachable: list[str] = field(default_factory=list)
     discarded: list[tuple[str, str]] = field(default_factory=list)
+    overdue: list[Overdue] = field(default_factory=list)
 
 
 def choose_instance(
@@ -146,38 +176,62 @@ class CheckBack:
         group = record.producer_group
         if group not in live:
             since = now - policy.producer_expiry_ms
-            live[group] = sorted(tx.live_producers(group, since), key=lambda i: i.client_id)
-        instances = live[group]
-        if not instances:
+            live[group] = sorted(tx.live_producers(group, since), key=_client)
+        if not live[group]:
             tx.schedule_check(record.transaction_id, now + policy.interval_ms)
             report.skipped_no_producer.append(record.transaction_id)
             return
-        instance = choose_instance(instances, record.topic, self._turns[group])
+        request = check_request(record, half, record.check_times + 1)
+        if record.check_pending_pull:  # its last assignment was never taken: it reached nobody
+            error = f"{record.check_client_id}: a pull check not taken within an interval"
+            self._note_undelivered(tx, request, error, now, report)
+        self._dispatch(tx, request, live[group], now, report)
+
+    def _dispatch(
+        self,
+        tx: StoreTx,
+        request: CheckRequest,
+        instances: Sequence[ProducerInstance],
+        now: int,
+        report: RoundReport,
+    ) -> None:
+        """Hand the check to a reachable instance; with none, the half waits a round, uncounted."""
+        policy, transaction_id, group = self.policy, request.transaction_id, request.producer_group
+        reachable = [i for i in instances if i.reachable(now)]
+        if not reachable:
+            tx.schedule_check(transaction_id, now + policy.interval_ms)
+            report.skipped_unreachable.append(transaction_id)
+            error = "no reachable instance: " + "; ".join(
+                f"{i.client_id}: {i.last_error}" for i in instances
+            )
+            self._note_undelivered(tx, request, error, now, report)
+            return
+        instance = choose_instance(reachable, request.topic, self._turns[group])
         self._turns[group] += 1
+        # a push is in flight until well after it has had its answer; a pull waits an interval
+        in_flight = policy.interval_ms
         if instance.push:
-            check_times = record.check_times + 1
-            tx.assign_check(
-                record.transaction_id,
-                client_id=instance.client_id,
-                pending_pull=False,
-                check_times=check_times,
-                # in flight: not due again until well after the push has had its answer
-                until=now + 2 * policy.push_timeout_ms + policy.interval_ms,
-                claimed_by=policy.broker_id,
-                now=now,
-            )
-            report.pushes.append(PushCheck(check_request(record, half, check_times), instance))
+            in_flight += 2 * policy.push_timeout_ms
+        tx.assign_check(
+            transaction_id,
+            client_id=instance.client_id,
+            pending_pull=not instance.push,
+            until=now + in_flight,
+            claimed_by=policy.broker_id,
+        )
+        if instance.push:
+            report.pushes.append(PushCheck(request, instance))
         else:
-            tx.assign_check(
-                record.transaction_id,
-                client_id=instance.client_id,
-                pending_pull=True,
-                check_times=record.check_times,
-                until=now + policy.interval_ms,
-                claimed_by=policy.broker_id,
-                now=now,
-            )
             report.pull_assigned[(group, instance.client_id)] += 1
+
+    def _note_undelivered(
+        self, tx: StoreTx, request: CheckRequest, error: str, now: int, report: RoundReport
+    ) -> None:
+        since = tx.note_undelivered(request.transaction_id, error[:_ERROR_MAX], now)
+        if since is not None and now - since >= self.policy.undelivered_alert_ms:
+            report.overdue.append(
+                Overdue(request.transaction_id, request.producer_group, since, error)
+            )
 
     def _discard(
         self,
@@ -229,17 +283,64 @@ class CheckBack:
 
         return unit
 
-    # -- answers that decide nothing, and operators ------------------------------------------
+    # -- what became of a push ------------------------------------------------------------------
 
-    def record_unknown(self, transaction_id: str) -> Callable[[StoreTx], None]:
-        """UNKNOWN (or a failed push): check again next interval; a DISCARDED half that an operator
-        had checked stays parked."""
+    def delivered(
+        self, transaction_id: str, *, error: str | None = None, decided: bool = False
+    ) -> Callable[[StoreTx], None]:
+        """The producer received the check: count it.  Unless its answer decided the transaction
+        (the caller resolves it next), check again an interval later; a DISCARDED half that an
+        operator had checked stays parked."""
 
         def unit(tx: StoreTx) -> None:
             now = self.clock()
-            tx.finish_check(transaction_id, now + self.policy.interval_ms)
+            tx.count_check(transaction_id, now, None if error is None else error[:_ERROR_MAX])
+            if not decided:
+                tx.finish_check(transaction_id, now + self.policy.interval_ms)
 
         return unit
+
+    def undelivered(
+        self, check: PushCheck, error: str, *, set_aside: bool = True
+    ) -> Callable[[StoreTx], RoundReport]:
+        """The check reached nobody: nothing is counted, the instance is kept aside for a while
+        (unless ``set_aside`` is False: it is only busy, it answered other checks just now), and
+        the check goes to another reachable live instance of the group now (the report's push or
+        pull assignment) or, with none, the half waits a round."""
+
+        def unit(tx: StoreTx) -> RoundReport:
+            now, policy = self.clock(), self.policy
+            instance, request = check.instance, check.request
+            described = f"{instance.client_id}: {error}"[:_ERROR_MAX]
+            if set_aside:
+                tx.mark_unreachable(
+                    instance.producer_group,
+                    instance.client_id,
+                    until=now + policy.unreachable_ms,
+                    error=described,
+                    now=now,
+                )
+            report = RoundReport()
+            record = tx.get_transaction(request.transaction_id)
+            if record is None or record.state not in _OPEN_STATES:
+                return report  # decided meanwhile: nothing left to check
+            self._note_undelivered(tx, request, described, now, report)
+            since = now - policy.producer_expiry_ms
+            instances = [
+                i
+                for i in sorted(tx.live_producers(request.producer_group, since), key=_client)
+                if i.client_id != instance.client_id
+            ]
+            if instances:
+                self._dispatch(tx, request, instances, now, report)
+            else:
+                tx.schedule_check(request.transaction_id, now + policy.interval_ms)
+                report.skipped_unreachable.append(request.transaction_id)
+            return report
+
+        return unit
+
+    # -- operators --------------------------------------------------------------------------------
 
     def check_now(self, transaction_id: str) -> Callable[[StoreTx], TransactionRecord]:
         """An operator's "check again now", also for a DISCARDED half."""

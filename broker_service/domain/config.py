@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker_service.settings import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from broker_service.settings import (
+    DEFAULT_DELAY_LEVELS,
+    DEFAULT_MAX_DELAY_SECONDS,
+    parse_delay_levels,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,3 +19,4 @@ class DomainConfig:
     delay_levels_ms: tuple[int, ...] = parse_delay_levels(DEFAULT_DELAY_LEVELS)
     max_topic_queues: int = 1024
     transaction_timeout_ms: int = 6000
+    max_delay_ms: int = DEFAULT_MAX_DELAY_SECONDS * 1000

@@ -61,3 +61,9 @@ class Busy(BrokerError):
 
 class NotReady(BrokerError):
     code = "NOT_READY"
+
+
+class Forbidden(BrokerError):
+    """Signed and known, but not allowed (a callback URL on a host the operator does not allow)."""
+
+    code = "FORBIDDEN"

@@ -213,6 +213,10 @@ class TransactionRecord(NamedTuple):
     discard_reason: str | None = None
     check_client_id: str | None = None
     last_checked_at: int | None = None
+    last_check_error: str | None = None
+    last_check_error_at: int | None = None
+    undelivered_since: int | None = None
+    check_pending_pull: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +228,16 @@ class ProducerInstance:
     callback_url: str | None
     topics: tuple[str, ...]
     last_heartbeat_at: int
+    unreachable_until: int | None = None
+    last_error: str | None = None
+    last_error_at: int | None = None
+    access_key: str | None = None
 
     @property
     def push(self) -> bool:
         """Checks are pushed to a callback URL; without one, the instance pulls them."""
         return self.callback_url is not None
+
+    def reachable(self, now: int) -> bool:
+        """False while a check that could not be delivered to it keeps it aside."""
+        return self.unreachable_until is None or self.unreachable_until <= now

@@ -115,11 +115,29 @@ class StoreTx(Protocol):
         *,
         client_id: str,
         pending_pull: bool,
-        check_times: int,
         until: int,
         claimed_by: str,
-        now: int,
+    ) -> None:
+        """Hand the claimed check to an instance, in flight ``until``; nothing is counted yet."""
+        ...
+
+    def count_check(self, transaction_id: str, now: int, error: str | None) -> None:
+        """A check reached its instance: ``check_times`` + 1, the delivery failures forgotten;
+        ``error`` when the instance's answer was an error (status, time-out after sending)."""
+        ...
+
+    def note_undelivered(self, transaction_id: str, error: str, now: int) -> int | None:
+        """A check reached nobody: keep ``error``; return since when checks have failed delivery
+        (None if the half is no longer open)."""
+        ...
+
+    def mark_unreachable(
+        self, group: str, client_id: str, *, until: int, error: str, now: int
     ) -> None: ...
+    def undelivered_halves(self, before: int) -> int:
+        """Open halves whose checks have failed delivery since ``before`` or earlier."""
+        ...
+
     def schedule_check(self, transaction_id: str, at: int) -> None: ...
     def discard_transaction(self, transaction_id: str, at: int, reason: str) -> bool: ...
     def pending_pull_checks(
@@ -134,8 +152,26 @@ class StoreTx(Protocol):
 
     # producers
     def heartbeat(
-        self, group: str, client_id: str, callback_url: str | None, topics: Sequence[str], at: int
+        self,
+        group: str,
+        client_id: str,
+        callback_url: str | None,
+        topics: Sequence[str],
+        at: int,
+        access_key: str | None = None,
     ) -> None: ...
+
+    # the ACL (broker_service.acl; store: broker_service.store.acl)
+    def remember_nonces(self, nonces: list[tuple[str, str, int]]) -> list[bool]:
+        """Insert each ``(access_key, nonce, expires_at)``; True where it was not seen before."""
+        ...
+
+    def purge_nonces(self, now: int) -> int: ...
+    def latest_acl(self) -> tuple[int, str, str] | None:
+        """The newest published ACL: ``(id, version, content)``."""
+        ...
+
+    def publish_acl(self, version: str, content: str, at: int, by: str) -> int: ...
 
     # consumer groups (broker_service.domain.consumers; store: broker_service.store.consumers)
     @property

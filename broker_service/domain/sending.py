@@ -116,6 +116,22 @@ class Sender:
                     f"delay_level must be 1-{levels} (0 or null: no delay)",
                     code="INVALID_DELAY_LEVEL",
                 )
+        if draft.deliver_at is not None:
+            self.check_deliver_at(draft.deliver_at)
+
+    def check_deliver_at(self, deliver_at: int) -> None:
+        """A timer message is at most ``max_delay_ms`` away (RocketMQ 5's timerMaxDelaySec): a
+        time in the year 9999 would park a message, and its row, for ever."""
+        latest = self.clock() + self.config.max_delay_ms
+        if deliver_at > latest:
+            raise InvalidRequest(
+                f"deliver_at is more than {self.config.max_delay_ms / 1000:g} s ahead "
+                "(max_delay_seconds)",
+                code="DELIVER_AT_TOO_FAR",
+                deliver_at_ms=deliver_at,
+                latest_ms=latest,
+                max_delay_seconds=self.config.max_delay_ms / 1000,
+            )
 
     def check_size(self, size: int) -> None:
         if size > self.config.max_message_bytes:

@@ -125,11 +125,18 @@ class BrokerService:
     # -- producers ---------------------------------------------------------------------------------
 
     async def heartbeat(
-        self, group: str, client_id: str, callback_url: str | None, topics: Sequence[str]
+        self,
+        group: str,
+        client_id: str,
+        callback_url: str | None,
+        topics: Sequence[str],
+        access_key: str | None = None,
     ) -> None:
         names.check_name(group, "producer group")
         now = self.clock()
-        await self.store.write(lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now))
+        await self.store.write(
+            lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now, access_key)
+        )
 
     # -- check-back ----------------------------------------------------------------------------
 
@@ -153,6 +160,11 @@ class BrokerService:
     async def pending_by_age(self, ages_ms: Sequence[int]) -> dict[int, int]:
         now = self.clock()
         return await self.store.read(lambda tx: tx.pending_by_age(now, ages_ms))
+
+    async def undelivered_halves(self, older_than_ms: int) -> int:
+        """Open halves whose checks have reached no instance for at least this long."""
+        before = self.clock() - older_than_ms
+        return await self.store.read(lambda tx: tx.undelivered_halves(before))
 
     # -- queries -----------------------------------------------------------------------------------
 

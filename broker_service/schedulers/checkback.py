@@ -12,15 +12,20 @@ import asyncio
 import base64
 import contextlib
 import logging
+import math
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import orjson
 
+from broker_service.acl.signature import sign
 from broker_service.api.metrics import BrokerMetrics
-from broker_service.domain.checkback import CheckBack, CheckRequest, PushCheck
+from broker_service.domain.checkback import CheckBack, CheckRequest, PushCheck, RoundReport
 from broker_service.domain.errors import BrokerError
-from broker_service.domain.model import Decision, ResolvedBy
+from broker_service.domain.model import Decision, ProducerInstance, ResolvedBy
 from broker_service.domain.service import BrokerService
 
 log = logging.getLogger("halfmq.checkback")
@@ -79,6 +84,7 @@ class CheckBackScheduler:
         interval_seconds: float,
         push_timeout_seconds: float,
         round_max: int,
+        secret_for: Callable[[str], str | None] | None = None,
     ) -> None:
         self.service = service
         self.checkback = checkback
@@ -87,9 +93,14 @@ class CheckBackScheduler:
         self.interval = interval_seconds
         self.push_timeout = push_timeout_seconds
         self.round_max = round_max
+        # With the ACL on: the secret of an access key, to sign each push check with the key
+        # its instance heartbeated with (its check server refuses an unsigned or forged check).
+        self.secret_for = secret_for
         self._task: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
         self._wake = asyncio.Event()
+        # when each instance last received a check from this broker (monotonic seconds)
+        self._received_at: dict[tuple[str, str], float] = {}
 
     def wake(self) -> None:
         """Run the next round now (an operator asked for a check)."""
@@ -130,61 +141,116 @@ class CheckBackScheduler:
             size = min(_PUSH_CONCURRENCY, self.round_max - total)
             report = await self.service.store.write(self.checkback.claim_round(size))
             total += report.claimed
-            self._observe(report.skipped_no_producer, report.discarded)
-            for (group, client_id), count in report.pull_assigned.items():
-                self.metrics.checks.labels(outcome="assigned_pull").inc(count)
-                self.hub.notify(group, client_id)
+            self._observe(report)
             await self._push_all(report.pushes)
             if report.claimed < size:
                 break
         return total
 
-    def _observe(self, skipped: list[str], discarded: list[tuple[str, str]]) -> None:
+    def _observe(self, report: RoundReport) -> None:
+        skipped, unreachable = report.skipped_no_producer, report.skipped_unreachable
         if skipped:
             self.metrics.checks.labels(outcome="skipped_no_producer").inc(len(skipped))
             log.info("no live producer for %d due halves (not counted as checks)", len(skipped))
-        for transaction_id, reason in discarded:
+        if unreachable:
+            self.metrics.checks.labels(outcome="skipped_unreachable").inc(len(unreachable))
+            log.info(
+                "no reachable producer for %d due halves (not counted as checks)", len(unreachable)
+            )
+        for transaction_id, reason in report.discarded:
             self.metrics.discards.labels(reason=reason).inc()
             log.warning("transaction %s DISCARDED (%s)", transaction_id, reason)
+        for overdue in report.overdue:
+            log.warning(
+                "checks of transaction %s have reached no instance of %s for %d s (%s); "
+                "it stays PREPARED",
+                overdue.transaction_id,
+                overdue.producer_group,
+                (self.service.clock() - overdue.since) // 1000,
+                overdue.error,
+            )
+        for (group, client_id), count in report.pull_assigned.items():
+            self.metrics.checks.labels(outcome="assigned_pull").inc(count)
+            self.hub.notify(group, client_id)
 
     async def _push_all(self, pushes: list[PushCheck]) -> None:
         if not pushes:
             return
         limit = asyncio.Semaphore(_PUSH_CONCURRENCY)
 
-        async def one(check: PushCheck) -> None:
+        async def one(check: PushCheck | None) -> None:
             async with limit:
-                await self.push(check)
+                # a check that reached nobody goes to the next reachable instance, if any
+                while check is not None:
+                    check = await self.push(check)
 
         await asyncio.gather(*(one(check) for check in pushes))
 
-    async def push(self, check: PushCheck) -> None:
+    async def push(self, check: PushCheck) -> PushCheck | None:
+        """Send one check and apply what came of it; return the same check redirected to another
+        instance when this one could not be reached."""
         request, instance = check.request, check.instance
         assert self._http is not None
         assert instance.callback_url is not None
         self.metrics.checks.labels(outcome="sent").inc()
+        body = orjson.dumps(check_payload(request))
+        headers = {"Content-Type": "application/json", **self._signed(instance, body)}
         try:
-            response = await self._http.post(instance.callback_url, json=check_payload(request))
-            response.raise_for_status()
+            response = await self._http.post(instance.callback_url, content=body, headers=headers)
+        except httpx.ReadTimeout:
+            # sent in full, no answer in time: the producer has it (it may still be working)
+            await self._failed(check, f"no answer within {self.push_timeout:g} s")
+            return None
+        except httpx.HTTPError as exc:
+            return await self._undelivered(check, exc)
+        if response.is_error:
+            await self._failed(check, f"answered HTTP {response.status_code}")
+            return None
+        try:
             state = str(response.json().get("state", "")).upper()
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            self.metrics.checks.labels(outcome="failed").inc()
-            log.warning(
-                "check of %s at %s failed: %s", request.transaction_id, instance.client_id, exc
-            )
-            await self.service.store.write(self.checkback.record_unknown(request.transaction_id))
-            return
+        except (ValueError, AttributeError):
+            await self._failed(check, "answered with no readable state")
+            return None
+        await self._answered(check, state)
+        return None
+
+    def _signed(self, instance: ProducerInstance, body: bytes) -> dict[str, str]:
+        if self.secret_for is None or instance.access_key is None:
+            return {}
+        secret = self.secret_for(instance.access_key)
+        if secret is None:  # the key was removed since its heartbeat: send unsigned, refused
+            return {}
+        assert instance.callback_url is not None
+        return sign(
+            instance.access_key, secret, "POST", instance.callback_url, body, self.service.clock()
+        )
+
+    def _received(self, check: PushCheck) -> None:
+        instance = check.instance
+        self._received_at[(instance.producer_group, instance.client_id)] = time.monotonic()
+
+    def _busy(self, check: PushCheck) -> bool:
+        """An instance that received another check moments ago is up: a connection it could not
+        take now is a full listen backlog, not an outage, so it is not set aside."""
+        instance = check.instance
+        key = (instance.producer_group, instance.client_id)
+        return time.monotonic() - self._received_at.get(key, -math.inf) < 2 * self.push_timeout
+
+    async def _answered(self, check: PushCheck, state: str) -> None:
+        request = check.request
+        self._received(check)
         self.metrics.checks.labels(outcome="answered").inc()
         log.info(
             "check of %s answered %s by %s (check %d)",
             request.transaction_id,
             state or "nothing",
-            instance.client_id,
+            check.instance.client_id,
             request.check_times,
         )
         decision = _ANSWERS.get(state)
+        unit = self.checkback.delivered(request.transaction_id, decided=decision is not None)
+        await self.service.store.write(unit)
         if decision is None:
-            await self.service.store.write(self.checkback.record_unknown(request.transaction_id))
             return
         try:
             await self.service.resolve(
@@ -193,3 +259,40 @@ class CheckBackScheduler:
         except BrokerError as error:
             # The producer (or an operator) decided first: the first decision stands.
             log.info("check answer for %s not applied: %s", request.transaction_id, error.message)
+
+    async def _failed(self, check: PushCheck, error: str) -> None:
+        """The producer received the check but gave no answer: counted, checked again later."""
+        self._received(check)
+        self.metrics.checks.labels(outcome="failed").inc()
+        log.warning(
+            "check of %s at %s failed: %s",
+            check.request.transaction_id,
+            check.instance.client_id,
+            error,
+        )
+        await self.service.store.write(
+            self.checkback.delivered(check.request.transaction_id, error=error)
+        )
+
+    async def _undelivered(self, check: PushCheck, exc: httpx.HTTPError) -> PushCheck | None:
+        """The check reached nobody (refused, reset, DNS, TLS, a connect time-out): not counted;
+        the instance is kept aside and the check goes to another one now, if there is one."""
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        busy = self._busy(check)
+        self.metrics.checks.labels(outcome="undelivered").inc()
+        log.warning(
+            "check of %s not delivered to %s (%s); not counted, %s",
+            check.request.transaction_id,
+            check.instance.client_id,
+            error,
+            "the instance is busy"
+            if busy
+            else f"instance set aside for {self.checkback.policy.unreachable_ms / 1000:g} s",
+        )
+        unit = self.checkback.undelivered(check, error, set_aside=not busy)
+        report = await self.service.store.write(unit)
+        self._observe(report)
+        if report.pushes:
+            self.metrics.checks.labels(outcome="redirected").inc()
+            return report.pushes[0]
+        return None

@@ -35,18 +35,61 @@ _live_producers = select(producers).where(
     producers.c.last_heartbeat_at >= bindparam("since"),
 )
 
+# A claimed check goes to an instance; nothing is counted until the instance has it.
 _assign = (
     update(transactions)
     .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
     .values(
         check_client_id=bindparam("b_client"),
         check_pending_pull=bindparam("b_pull"),
-        check_times=bindparam("b_times"),
         next_check_at=bindparam("b_until"),
         claimed_until=bindparam("b_until"),
         claimed_by=bindparam("b_by"),
-        last_checked_at=bindparam("b_checked"),
     )
+)
+
+# A push check reached its instance (an answer, an error status, a time-out after sending).
+_count = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
+    .values(
+        check_times=t.check_times + 1,
+        last_checked_at=bindparam("b_now"),
+        undelivered_since=None,
+        last_check_error=bindparam("b_error"),
+        last_check_error_at=bindparam("b_error_at"),
+    )
+)
+
+# A check that reached nobody: remembered and reported, not counted.
+_undelivered = (
+    update(transactions)
+    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
+    .values(
+        last_check_error=bindparam("b_error"),
+        last_check_error_at=bindparam("b_now"),
+        undelivered_since=func.coalesce(t.undelivered_since, bindparam("b_now")),
+    )
+    .returning(t.undelivered_since)
+)
+
+_unreachable = (
+    update(producers)
+    .where(
+        producers.c.producer_group == bindparam("b_group"),
+        producers.c.client_id == bindparam("b_client"),
+    )
+    .values(
+        unreachable_until=bindparam("b_until"),
+        last_error=bindparam("b_error"),
+        last_error_at=bindparam("b_now"),
+    )
+)
+
+_undelivered_before = (
+    select(func.count())
+    .select_from(transactions)
+    .where(t.undelivered_since <= bindparam("before"), t.state.in_(_OPEN))
 )
 
 _schedule = (
@@ -94,6 +137,7 @@ _mark_pulled = (
         check_pending_pull=False,
         check_times=t.check_times + 1,
         last_checked_at=bindparam("b_now"),
+        undelivered_since=None,
         next_check_at=bindparam("b_next"),
         claimed_until=bindparam("b_next"),
     )
@@ -150,10 +194,8 @@ class CheckStore:
         *,
         client_id: str,
         pending_pull: bool,
-        check_times: int,
         until: int,
         claimed_by: str,
-        now: int,
     ) -> None:
         self.conn.execute(
             _assign,
@@ -161,12 +203,39 @@ class CheckStore:
                 "b_id": transaction_id,
                 "b_client": client_id,
                 "b_pull": pending_pull,
-                "b_times": check_times,
                 "b_until": until,
                 "b_by": claimed_by,
-                "b_checked": None if pending_pull else now,
             },
         )
+
+    def count_check(self, transaction_id: str, now: int, error: str | None) -> None:
+        params = {
+            "b_id": transaction_id,
+            "b_now": now,
+            "b_error": error,
+            "b_error_at": now if error else None,
+        }
+        self.conn.execute(_count, params)
+
+    def note_undelivered(self, transaction_id: str, error: str, now: int) -> int | None:
+        params = {"b_id": transaction_id, "b_error": error, "b_now": now}
+        since = self.conn.execute(_undelivered, params).scalar()
+        return None if since is None else int(since)
+
+    def mark_unreachable(
+        self, group: str, client_id: str, *, until: int, error: str, now: int
+    ) -> None:
+        params = {
+            "b_group": group,
+            "b_client": client_id,
+            "b_until": until,
+            "b_error": error,
+            "b_now": now,
+        }
+        self.conn.execute(_unreachable, params)
+
+    def undelivered_halves(self, before: int) -> int:
+        return int(self.conn.execute(_undelivered_before, {"before": before}).scalar_one())
 
     def schedule_check(self, transaction_id: str, at: int) -> None:
         self.conn.execute(_schedule, {"b_id": transaction_id, "b_at": at})

@@ -243,6 +243,10 @@ def transaction_record(row: Row[Any] | Mapping[str, Any]) -> TransactionRecord:
         discard_reason=m["discard_reason"],
         check_client_id=m["check_client_id"],
         last_checked_at=m["last_checked_at"],
+        last_check_error=m["last_check_error"],
+        last_check_error_at=m["last_check_error_at"],
+        undelivered_since=m["undelivered_since"],
+        check_pending_pull=bool(m["check_pending_pull"]),
     )
 
 
@@ -254,4 +258,8 @@ def producer_instance(row: Row[Any]) -> ProducerInstance:
         callback_url=m["callback_url"],
         topics=tuple(orjson.loads(m["topics"])) if m["topics"] else (),
         last_heartbeat_at=m["last_heartbeat_at"],
+        unreachable_until=m["unreachable_until"],
+        last_error=m["last_error"],
+        last_error_at=m["last_error_at"],
+        access_key=m["access_key"],
     )

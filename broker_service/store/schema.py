@@ -167,11 +167,22 @@ transactions = Table(
     # The queue of the real topic the message goes to on commit (chosen when the half is sent).
     Column("real_queue_id", Integer, nullable=False),
     Column("discarded_at", Millis, nullable=True),
+    # The last check that went wrong (not delivered, or an error answer) and since when checks
+    # have failed to reach any instance (NULL once one is delivered): reported, never counted.
+    Column("last_check_error", Text, nullable=True),
+    Column("last_check_error_at", Millis, nullable=True),
+    Column("undelivered_since", Millis, nullable=True),
     Index("ix_transactions_next_check_at", "next_check_at"),
     Index("ix_transactions_state_created", "state", "created_at"),
     Index("ix_transactions_group_state", "producer_group", "state"),
     Index("ix_transactions_msg_id", "msg_id"),
     Index("ix_transactions_pull", "producer_group", "check_client_id"),
+    Index(
+        "ix_transactions_undelivered",
+        "undelivered_since",
+        sqlite_where=text("undelivered_since IS NOT NULL"),
+        postgresql_where=text("undelivered_since IS NOT NULL"),
+    ),
 )
 
 producers = Table(
@@ -182,6 +193,12 @@ producers = Table(
     Column("callback_url", Text, nullable=True),
     Column("topics", Text, nullable=True),  # JSON array: topics the instance declared
     Column("last_heartbeat_at", Millis, nullable=False),
+    # A check could not be delivered to this instance: it gets none until then (and why).
+    Column("unreachable_until", Millis, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("last_error_at", Millis, nullable=True),
+    # The access key its heartbeat was signed with (ACL on): push checks are signed with its secret.
+    Column("access_key", String(128), nullable=True),
     PrimaryKeyConstraint("producer_group", "client_id"),
     Index("ix_producers_heartbeat", "producer_group", "last_heartbeat_at"),
 )
@@ -298,4 +315,28 @@ export_watermarks = Table(
     Column("last_message_id", BigInteger, nullable=False, server_default=text("0")),
     Column("exported_until", Millis, nullable=False, server_default=text("0")),
     Column("updated_at", Millis, nullable=False),
+)
+
+# The ACL (broker_service.acl): nonces of signed requests seen inside the timestamp window, kept
+# in the store so that a request replayed to another broker on the same database is refused.
+acl_nonces = Table(
+    "acl_nonces",
+    metadata,
+    Column("access_key", String(128), nullable=False),
+    Column("nonce", String(128), nullable=False),
+    Column("expires_at", Millis, nullable=False),
+    PrimaryKeyConstraint("access_key", "nonce"),
+    Index("ix_acl_nonces_expires_at", "expires_at"),
+)
+
+# Every ACL version a broker published (from its file, or from `halfmq acl`): each broker enforces
+# the newest, so brokers sharing a database converge on one version.
+acl_versions = Table(
+    "acl_versions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("version", String(64), nullable=False),
+    Column("content", Text, nullable=False),  # the plain_acl.yml text (it holds secrets)
+    Column("published_at", Millis, nullable=False),
+    Column("published_by", String(128), nullable=False),
 )

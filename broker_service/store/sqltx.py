@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, delete, func, insert, select
+from sqlalchemy import Connection, and_, case, delete, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from broker_service.domain.model import (
@@ -33,6 +33,7 @@ from broker_service.domain.model import (
 from broker_service.domain.ports import MessageQuery
 from broker_service.store import rows
 from broker_service.store import statements as sql
+from broker_service.store.acl import AclStore
 from broker_service.store.checks import CheckStore
 from broker_service.store.consumers import ConsumerStore
 from broker_service.store.fastpath import driver_errors
@@ -66,7 +67,7 @@ class ResolutionRace(Exception):
     its unit read it: the batch is rolled back, and the writer runs it again undeferred."""
 
 
-class SqlTx(CheckStore, ConsumerStore):
+class SqlTx(CheckStore, ConsumerStore, AclStore):
     def __init__(self, conn: Connection, *, defer_resolutions: bool = False) -> None:
         """``defer_resolutions`` (PostgreSQL; the writer sets it for a batch of several units):
         see :meth:`resolve_transaction`."""
@@ -460,7 +461,13 @@ class SqlTx(CheckStore, ConsumerStore):
     # -- producers ------------------------------------------------------------------------------
 
     def heartbeat(
-        self, group: str, client_id: str, callback_url: str | None, topics: Sequence[str], at: int
+        self,
+        group: str,
+        client_id: str,
+        callback_url: str | None,
+        topics: Sequence[str],
+        at: int,
+        access_key: str | None = None,
     ) -> None:
         dialect_insert = postgresql.insert if self._postgres else sqlite.insert
         values = {
@@ -469,6 +476,7 @@ class SqlTx(CheckStore, ConsumerStore):
             "callback_url": callback_url,
             "topics": orjson.dumps(list(topics)).decode(),
             "last_heartbeat_at": at,
+            "access_key": access_key,
         }
         stmt = dialect_insert(producers).values(**values)
         self.conn.execute(
@@ -478,6 +486,15 @@ class SqlTx(CheckStore, ConsumerStore):
                     "callback_url": stmt.excluded.callback_url,
                     "topics": stmt.excluded.topics,
                     "last_heartbeat_at": stmt.excluded.last_heartbeat_at,
+                    "access_key": stmt.excluded.access_key,
+                    # a new callback URL is a new address: try it at once
+                    "unreachable_until": case(
+                        (
+                            producers.c.callback_url.is_distinct_from(stmt.excluded.callback_url),
+                            None,
+                        ),
+                        else_=producers.c.unreachable_until,
+                    ),
                 },
             )
         )

@@ -10,6 +10,7 @@ import base64
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,11 @@ def test_send_with_every_option(broker_process: BrokerProcess) -> None:
 
     delayed = ok_json(url, "send", "orders", "later", "--delay-level", "3")
     assert delayed["deliver_at"] is not None
-    at = ok_json(url, "send", "orders", "at", "--deliver-at", "2099-01-01T00:00:00Z")
-    assert at["deliver_at"].startswith("2099-01-01T00:00:00")
+    at_time = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
+    at = ok_json(
+        url, "send", "orders", "at", "--deliver-at", at_time.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    assert at["deliver_at"].startswith(at_time.strftime("%Y-%m-%dT%H:%M:%S"))
 
     human = ok(url, "send", "orders", "x", "--msg-id", "m-2")
     assert "SEND_OK" in human

@@ -44,7 +44,13 @@ FUZZ_SETTINGS = settings(
 )
 
 # Schema-valid requests the broker may still refuse because of what is stored, not of their shape.
-REFUSALS_BY_STATE = {404: None, 409: None, 422: {"INVALID_QUEUE_ID"}}
+REFUSALS_BY_STATE = {
+    404: None,
+    409: None,
+    # a callback URL on a host other than the heartbeat's own: refused by policy, not by schema
+    403: {"CALLBACK_NOT_ALLOWED"},
+    422: {"INVALID_QUEUE_ID", "DELIVER_AT_TOO_FAR"},
+}
 
 
 @dataclass(frozen=True)

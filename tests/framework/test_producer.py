@@ -270,14 +270,16 @@ def test_heartbeats_register_the_instance_and_its_mode(
 ) -> None:
     pull = producers(client_id="bob-pull")
     pull.check_local_transaction("transfers")(lambda m: None)
-    push = producers(client_id="bob-push", check=CheckMode.push("http://bob:8000/halfmq/check"))
+    push = producers(
+        client_id="bob-push", check=CheckMode.push("http://127.0.0.1:8000/halfmq/check")
+    )
     with pull, push, inproc.client() as client:
         group = client.get("/v1/producer-groups/bob-bank").json()
     instances = {i["client_id"]: i for i in group["instances"]}
     assert instances["bob-pull"]["mode"] == "pull"
     assert instances["bob-pull"]["topics"] == ["transfers"]
     assert instances["bob-push"]["mode"] == "push"
-    assert instances["bob-push"]["callback_url"] == "http://bob:8000/halfmq/check"
+    assert instances["bob-push"]["callback_url"] == "http://127.0.0.1:8000/halfmq/check"
     assert all(i["live"] for i in instances.values())
 
 

@@ -45,6 +45,12 @@ class InstanceOut(BaseModel):
     topics: list[str]
     last_heartbeat_at: str
     live: bool
+    reachable: bool = Field(
+        description="False while a check that could not be delivered keeps it aside"
+    )
+    unreachable_until: str | None = None
+    last_error: str | None = Field(None, description="Why a check last failed to reach it")
+    last_error_at: str | None = None
 
 
 class ProducerGroupOut(BaseModel):
@@ -100,7 +106,8 @@ async def get_producer_group(
 ) -> ProducerGroupOut:
     """The group's instances as their heartbeats describe them."""
     instances = await service.producer_group(group)
-    live_since = service.clock() - int(settings.producer_expiry_seconds * 1000)
+    now = service.clock()
+    live_since = now - int(settings.producer_expiry_seconds * 1000)
     return ProducerGroupOut(
         producer_group=group,
         instances=[
@@ -111,6 +118,10 @@ async def get_producer_group(
                 topics=list(i.topics),
                 last_heartbeat_at=rfc3339(i.last_heartbeat_at) or "",
                 live=i.last_heartbeat_at >= live_since,
+                reachable=i.reachable(now),
+                unreachable_until=rfc3339(i.unreachable_until),
+                last_error=i.last_error,
+                last_error_at=rfc3339(i.last_error_at),
             )
             for i in instances
         ],

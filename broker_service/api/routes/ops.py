@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from broker_service.api.deps import MetricsDep
+from broker_service.api.deps import MetricsDep, SettingsDep
 from broker_service.api.errors import ERROR_RESPONSES, envelope
 from broker_service.api.schemas import AnyJson, EchoOut
 
@@ -33,11 +33,14 @@ async def readyz(request: Request, metrics: MetricsDep) -> Any:
 
 
 @router.get("/metrics", response_class=Response, responses={503: ERROR_RESPONSES[503]})
-async def metrics_text(request: Request, metrics: MetricsDep) -> Response:
+async def metrics_text(request: Request, metrics: MetricsDep, settings: SettingsDep) -> Response:
     stats = request.app.state.store.stats()
-    ages = await request.app.state.service.pending_by_age([age * 1000 for age in PENDING_AGES])
+    service = request.app.state.service
+    ages = await service.pending_by_age([age * 1000 for age in PENDING_AGES])
     for age in PENDING_AGES:
         metrics.pending.labels(older_than_seconds=str(age)).set(ages[age * 1000])
+    alert_ms = int(settings.check_undelivered_alert_seconds * 1000)
+    metrics.undelivered.set(await service.undelivered_halves(alert_ms))
     metrics.store_batches.set(stats["batches"])
     metrics.store_units.set(stats["units"])
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

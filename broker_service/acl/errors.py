@@ -1,0 +1,84 @@
+"""The ACL's refusals, and the error of a malformed ACL file.
+
+::
+
+    AclError                      (status, code, message, detail): a request is refused
+     +-- AclUnauthenticated       401: unsigned, unknown key, bad signature, skewed clock, replay
+     +-- AclDenied                403: address not white-listed, permission missing
+
+    AclFileError (ValueError)     the ACL file cannot be used: source, line, reason
+
+Messages and details name the access key, the resource and the permission, never a secret
+key nor the signature the broker expected.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class AclErrorCode(StrEnum):
+    SIGNATURE_MISSING = "SIGNATURE_MISSING"
+    ACCESS_KEY_UNKNOWN = "ACCESS_KEY_UNKNOWN"
+    SIGNATURE_INVALID = "SIGNATURE_INVALID"
+    TIMESTAMP_SKEWED = "TIMESTAMP_SKEWED"
+    NONCE_REPLAYED = "NONCE_REPLAYED"
+    ADDRESS_NOT_ALLOWED = "ADDRESS_NOT_ALLOWED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+
+    @property
+    def status(self) -> int:
+        return 403 if self in _FORBIDDEN else 401
+
+
+_FORBIDDEN = frozenset({AclErrorCode.ADDRESS_NOT_ALLOWED, AclErrorCode.PERMISSION_DENIED})
+
+
+class AclError(Exception):
+    """A request the ACL refuses; ``status`` follows from ``code``."""
+
+    def __init__(
+        self, code: AclErrorCode, message: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = code.status
+        self.message = message
+        self.detail: dict[str, Any] = dict(detail or {})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code.value}, {self.message!r})"
+
+
+class AclUnauthenticated(AclError):
+    """401: the broker cannot tell who sent the request, or the request is not fresh."""
+
+    def __init__(
+        self, code: AclErrorCode, message: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        if code.status != 401:
+            raise ValueError(f"{code} is not a 401 code")
+        super().__init__(code, message, detail)
+
+
+class AclDenied(AclError):
+    """403: the account is known and the signature good, but this request is not allowed."""
+
+    def __init__(
+        self, code: AclErrorCode, message: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        if code.status != 403:
+            raise ValueError(f"{code} is not a 403 code")
+        super().__init__(code, message, detail)
+
+
+class AclFileError(ValueError):
+    """The ACL file is malformed: ``"<source>:<line>: <reason>"``."""
+
+    def __init__(self, source: str, line: int | None, reason: str) -> None:
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {reason}")
+        self.source = source
+        self.line = line
+        self.reason = reason

@@ -1,0 +1,175 @@
+"""The ACL a running broker enforces: its file, hot reload, the version shared through the store,
+and replay protection.
+
+* At start the file is read (a malformed one refuses the start, naming the line) and published to
+  the store as the newest version.
+* Every ``reload_seconds`` the broker looks at its file: a changed, valid file is published; an
+  invalid edit is logged and the last good version stays.  It then reads the newest version in the
+  store and enforces it -- so brokers sharing a database converge on the last version any of them
+  published (from its file, or from ``halfmq acl``).
+* A nonce is remembered in the store until its request's timestamp leaves the window: a request
+  replayed to any broker on the same database is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from broker_service.acl.errors import AclFileError
+from broker_service.acl.file import dump_acl, parse_acl
+from broker_service.acl.model import AclConfig
+from broker_service.domain.ports import Store, StoreTx
+
+log = logging.getLogger("halfmq.acl")
+
+_PURGE_EVERY_MS = 5_000
+
+
+class AclRuntime:
+    def __init__(
+        self,
+        path: Path,
+        store: Store,
+        clock: Callable[[], int],
+        *,
+        broker_id: str,
+        window_ms: int,
+        reload_seconds: float,
+    ) -> None:
+        self.path = path
+        self.store = store
+        self.clock = clock
+        self.broker_id = broker_id
+        self.window_ms = window_ms
+        self.reload_seconds = reload_seconds
+        self._file_text = path.read_text(encoding="utf-8")
+        self.config: AclConfig = parse_acl(self._file_text, str(path))
+        self._file_digest = _digest(self._file_text)
+        self._applied_id: int | None = None
+        self._next_purge = 0
+        self._task: asyncio.Task[None] | None = None
+
+    # -- life ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Publish this broker's file as the newest version, then watch it and the store."""
+        await self._publish(self.config, self._file_text)
+        self._task = asyncio.create_task(self._watch(), name="halfmq-acl-reload")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.reload_seconds)
+            try:
+                await self.reload()
+            except Exception:  # a store hiccup must not end the watch
+                log.exception("ACL reload failed; version %s stays", self.config.version)
+
+    async def reload(self) -> None:
+        """One look at the file (publish it if it changed and is valid), then at the store."""
+        await self._reload_file()
+        latest = await self.store.read(lambda tx: tx.latest_acl())
+        if latest is not None and latest[0] != self._applied_id:
+            self._apply(*latest)
+
+    async def _reload_file(self) -> None:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except OSError as exc:
+            log.error("ACL file %s unreadable (%s); version %s stays", self.path, exc.strerror,
+                      self.config.version)  # fmt: skip
+            return
+        digest = _digest(text)
+        if digest == self._file_digest:
+            return
+        self._file_digest = digest
+        try:
+            config = parse_acl(text, str(self.path))
+        except AclFileError as error:
+            log.error("ACL file refused, version %s stays: %s", self.config.version, error)
+            return
+        await self._publish(config, text)
+
+    def _apply(self, published_id: int, version: str, content: str) -> None:
+        """A version another broker (or this one, earlier) published: parsed from the store."""
+        try:
+            config = parse_acl(content, f"published ACL {version}")
+        except AclFileError as error:
+            log.error("published ACL %s refused, version %s stays: %s", version,
+                      self.config.version, error)  # fmt: skip
+            self._applied_id = published_id
+            return
+        self._enforce(published_id, config)
+
+    def _enforce(self, published_id: int, config: AclConfig) -> None:
+        if config.version != self.config.version:
+            log.info("ACL version %s now enforced (was %s)", config.version, self.config.version)
+        self.config = config
+        self._applied_id = published_id
+
+    async def _publish(self, config: AclConfig, content: str) -> None:
+        now = self.clock()
+        published_id = await self.store.write(
+            lambda tx: tx.publish_acl(config.version, content, now, self.broker_id)
+        )
+        log.info("ACL version %s published by %s", config.version, self.broker_id)
+        self._enforce(published_id, config)  # parsed already: not read back from the store
+
+    # -- changes from `halfmq acl` --------------------------------------------------------------
+
+    async def update(self, change: Callable[[AclConfig], AclConfig]) -> AclConfig:
+        """Apply ``change`` to the enforced version, write the file and publish the result."""
+        config = change(self.config)
+        content = dump_acl(config)
+        _write_atomically(self.path, content)
+        self._file_digest = _digest(content)
+        await self._publish(config, content)
+        return config
+
+    # -- replay protection ----------------------------------------------------------------------
+
+    async def remember_nonce(self, access_key: str, nonce: str, timestamp_ms: int) -> bool:
+        """True the first time this key's nonce is seen (on any broker of the database)."""
+        expires_at = timestamp_ms + self.window_ms
+        now = self.clock()
+        purge = now >= self._next_purge
+        if purge:
+            self._next_purge = now + _PURGE_EVERY_MS
+
+        def unit(tx: StoreTx) -> bool:
+            if purge:
+                tx.purge_nonces(now)
+            return tx.remember_nonces([(access_key, nonce, expires_at)])[0]
+
+        return await self.store.write(unit)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _write_atomically(path: Path, content: str) -> None:
+    """Write the file whole or not at all (a reader never sees half of it); keep it private."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(content)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,161 @@
+"""The ACL gate: one pure ASGI middleware in front of every route, so no route can forget the ACL.
+
+For each HTTP request, with the ACL on:
+
+1. find the route it goes to (the app's own route table) and its rule (:mod:`.permissions`; a route
+   with none needs admin); a public route passes untouched;
+2. read the body, and verify the signature over the canonical request (401: unsigned, unknown key,
+   bad signature, timestamp outside the window);
+3. remember the nonce in the store (401 ``NONCE_REPLAYED`` if any broker of the database saw it);
+4. the account's white lists and the route's needs (403);
+5. the access key's rate (429 with ``Retry-After``);
+
+then the request goes on, its body replayed, with ``request.state.access_key`` set.  Without the
+ACL the gate passes everything (the embedded default stays zero-config).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from broker_service.acl.decide import authorize
+from broker_service.acl.errors import AclError, AclErrorCode, AclUnauthenticated
+from broker_service.acl.runtime import AclRuntime
+from broker_service.acl.signature import body_sha256, verify
+from broker_service.api.errors import envelope
+from broker_service.api.permissions import Ask, public, rule_for
+
+log = logging.getLogger("halfmq.acl")
+
+
+class RateLimits:
+    """A token bucket per access key: ``rate`` requests a second, bursts of twice that."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = max(1.0, 2 * rate)
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def wait_for(self, access_key: str) -> float:
+        """0 when the request may go now; else the seconds until it may."""
+        if self.rate <= 0:
+            return 0.0
+        now = self.clock()
+        tokens, at = self._buckets.get(access_key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens >= 1:
+            self._buckets[access_key] = (tokens - 1, now)
+            return 0.0
+        self._buckets[access_key] = (tokens, now)
+        return (1 - tokens) / self.rate
+
+
+class AclGate:
+    def __init__(
+        self,
+        app: ASGIApp,
+        acl: AclRuntime | None,
+        *,
+        public_ops: bool,
+        rate_per_second: float,
+    ) -> None:
+        self.app = app
+        self.acl = acl
+        self.public_ops = public_ops
+        self.rates = RateLimits(rate_per_second)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.acl is None:
+            await self.app(scope, receive, send)
+            return
+        rule, params = rule_for(scope["method"], scope["path"], public_ops=self.public_ops)
+        if rule is public:
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        try:
+            access_key = await self._admit(scope, body, rule, params)
+        except AclError as error:
+            await _refuse(scope, receive, send, error)
+            return
+        wait = self.rates.wait_for(access_key)
+        if wait > 0:
+            response = envelope(429, "RATE_LIMITED", f"access key {access_key!r} is over its "
+                                f"rate of {self.rates.rate:g} requests a second",
+                                retry_after_seconds=math.ceil(wait))  # fmt: skip
+            response.headers["Retry-After"] = str(math.ceil(wait))
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["access_key"] = access_key
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _admit(self, scope: Scope, body: bytes, rule: Any, params: dict[str, Any]) -> str:
+        acl = self.acl
+        assert acl is not None
+        config = acl.config
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        signed = verify(
+            Headers(scope=scope),
+            scope["method"],
+            raw_path.decode("latin-1"),
+            scope.get("query_string", b"").decode("latin-1"),
+            body_sha256(body),
+            int(time.time() * 1000),
+            config.secret_for,
+            window_ms=acl.window_ms,
+        )
+        if not await acl.remember_nonce(signed.access_key, signed.nonce, signed.timestamp_ms):
+            raise AclUnauthenticated(
+                AclErrorCode.NONCE_REPLAYED,
+                "this request's nonce was already used: a replayed request is refused; sign "
+                "each request with a new nonce",
+                {"access_key": signed.access_key},
+            )
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        app = scope["app"]
+        ask = Ask(params, query, body, app.state.service)
+        client = scope.get("client")
+        authorize(config, signed.access_key, client[0] if client else "", await rule(ask))
+        return signed.access_key
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, error: AclError) -> None:
+    client = scope.get("client")
+    log.info("refused %s %s from %s: %s", scope["method"], scope["path"],
+             client[0] if client else "?", error.code)  # fmt: skip
+    response = envelope(error.status, str(error.code), error.message, **error.detail)
+    await response(scope, receive, send)

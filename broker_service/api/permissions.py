@@ -1,0 +1,212 @@
+"""What each route needs from a signed account: the ACL's table, read by the gate
+(:mod:`broker_service.api.gate`), one entry per (method, route path).
+
+A route missing from the table needs ``admin``: a route added later without a thought for the ACL is
+closed, not open.  The table is docs/acl.md's "Permissions per route", entry for entry (a test holds
+the two together).
+
+Some needs are read from the request: the body's topic and producer group of a half, the stored
+transaction that a commit or rollback ends (its topic and its producer group).  A need whose resource
+cannot be read yet (a malformed body, an unknown transaction) is "any known account": the route then
+answers 404 or 422 as it would without the ACL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.routing import compile_path
+
+from broker_service.acl.model import Need, Perm
+from broker_service.domain.errors import BrokerError
+from broker_service.domain.service import BrokerService
+
+PUB, SUB = Perm.PUB, Perm.SUB
+
+
+@dataclass(slots=True)
+class Ask:
+    """The request as far as the table needs it."""
+
+    path_params: Mapping[str, str]
+    query: Mapping[str, str]
+    body: bytes
+    service: BrokerService
+    parsed: dict[str, Any] | None = None
+
+    def _fields(self) -> dict[str, Any]:
+        """The body as a JSON object, parsed once ({} when it is not one: the route will say)."""
+        if self.parsed is None:
+            try:
+                value = orjson.loads(self.body) if self.body else None
+            except orjson.JSONDecodeError:
+                value = None
+            self.parsed = value if isinstance(value, dict) else {}
+        return self.parsed
+
+    def json_field(self, name: str) -> str | None:
+        value = self._fields().get(name)
+        return value if isinstance(value, str) else None
+
+    def has_field(self, name: str) -> bool:
+        return self._fields().get(name) is not None
+
+
+Rule = Callable[[Ask], Awaitable[list[Need]]]
+
+
+async def public(_: Ask) -> list[Need]:
+    return [Need.public()]
+
+
+async def admin(_: Ask) -> list[Need]:
+    return [Need.admin()]
+
+
+def _named(kind: Callable[[str, Perm], Need], name: str | None, perm: Perm) -> list[Need]:
+    return [] if name is None else [kind(name, perm)]
+
+
+def path_topic(perm: Perm) -> Rule:
+    async def rule(ask: Ask) -> list[Need]:
+        return [Need.topic(ask.path_params["topic"], perm)]
+
+    return rule
+
+
+def path_group(perm: Perm) -> Rule:
+    async def rule(ask: Ask) -> list[Need]:
+        return [Need.group(ask.path_params["group"], perm)]
+
+    return rule
+
+
+def group_and_body_topic(perm: Perm) -> Rule:
+    """The group in the path, and the body's topic when it names one."""
+
+    async def rule(ask: Ask) -> list[Need]:
+        topic = _named(Need.topic, ask.json_field("topic"), perm)
+        return [Need.group(ask.path_params["group"], perm), *topic]
+
+    return rule
+
+
+async def send_half(ask: Ask) -> list[Need]:
+    return [
+        *_named(Need.topic, ask.json_field("topic"), PUB),
+        *_named(Need.group, ask.json_field("producer_group"), PUB),
+    ]
+
+
+async def end_transaction(ask: Ask) -> list[Need]:
+    """Commit or rollback: PUB on the half's topic and on its producer group; without a
+    ``producer_group`` in the body it is an operator's decision (admin)."""
+    if not ask.has_field("producer_group"):
+        return [Need.admin()]
+    return await _transaction(ask, with_topic=True)
+
+
+async def read_transaction(ask: Ask) -> list[Need]:
+    return await _transaction(ask, with_topic=False)
+
+
+async def _transaction(ask: Ask, *, with_topic: bool) -> list[Need]:
+    try:
+        record = await ask.service.get_transaction(ask.path_params["transaction_id"])
+    except BrokerError:
+        return []  # unknown (or a bad id): the route answers 404 / 422
+    needs = [Need.group(record.producer_group, PUB)]
+    if with_topic:
+        needs.append(Need.topic(record.topic, PUB))
+    return needs
+
+
+async def list_transactions(ask: Ask) -> list[Need]:
+    group = ask.query.get("producer_group")
+    return [Need.group(group, PUB)] if group else [Need.admin()]
+
+
+async def find_messages(ask: Ask) -> list[Need]:
+    topic = ask.query.get("topic")
+    return [Need.topic(topic, SUB)] if topic else [Need.admin()]
+
+
+async def create_consumer_group(ask: Ask) -> list[Need]:
+    """A consumer declares its own group on start (RocketMQ's autoCreateSubscriptionGroup)."""
+    return _named(Need.group, ask.json_field("name"), SUB)
+
+
+RULES: dict[tuple[str, str], Rule] = {
+    # operations
+    ("GET", "/healthz"): public,
+    ("GET", "/readyz"): public,
+    ("GET", "/metrics"): admin,  # public with acl_public_ops
+    ("GET", "/openapi.json"): admin,  # public with acl_public_ops
+    ("GET", "/docs"): admin,  # public with acl_public_ops
+    ("GET", "/docs/oauth2-redirect"): admin,  # public with acl_public_ops
+    ("GET", "/redoc"): admin,  # public with acl_public_ops
+    ("POST", "/v1/echo"): admin,
+    # topics and sending
+    ("POST", "/v1/topics"): admin,
+    ("GET", "/v1/topics"): admin,
+    ("GET", "/v1/topics/{topic}"): path_topic(SUB),
+    ("DELETE", "/v1/topics/{topic}"): admin,
+    ("POST", "/v1/topics/{topic}/messages"): path_topic(PUB),
+    ("POST", "/v1/topics/{topic}/messages:batch"): path_topic(PUB),
+    # transactions
+    ("POST", "/v1/transactions"): send_half,
+    ("POST", "/v1/transactions/{transaction_id}/commit"): end_transaction,
+    ("POST", "/v1/transactions/{transaction_id}/rollback"): end_transaction,
+    ("GET", "/v1/transactions/{transaction_id}"): read_transaction,
+    ("GET", "/v1/transactions"): list_transactions,
+    ("POST", "/v1/transactions/{transaction_id}/check"): admin,
+    # producer groups and check-back
+    ("POST", "/v1/producer-groups/{group}/heartbeat"): path_group(PUB),
+    ("GET", "/v1/producer-groups/{group}/checks"): path_group(PUB),
+    ("GET", "/v1/producer-groups/{group}"): path_group(PUB),
+    ("DELETE", "/v1/producer-groups/{group}"): admin,
+    # consumer groups
+    ("POST", "/v1/consumer-groups"): create_consumer_group,
+    ("POST", "/v1/consumer-groups/{group}/subscriptions"): group_and_body_topic(SUB),
+    ("POST", "/v1/consumer-groups/{group}/receive"): group_and_body_topic(SUB),
+    ("POST", "/v1/consumer-groups/{group}/ack"): path_group(SUB),
+    ("POST", "/v1/consumer-groups/{group}/nack"): path_group(SUB),
+    ("POST", "/v1/consumer-groups/{group}/change-invisible"): path_group(SUB),
+    ("GET", "/v1/consumer-groups/{group}"): path_group(SUB),
+    ("POST", "/v1/consumer-groups/{group}/reset-offset"): admin,
+    ("GET", "/v1/consumer-groups/{group}/dlq"): path_group(SUB),
+    ("POST", "/v1/consumer-groups/{group}/dlq/{msg_id}/resend"): admin,
+    # messages (a message id may be a half's: its body is an operator's to read)
+    ("GET", "/v1/messages"): find_messages,
+    ("GET", "/v1/messages/{msg_id}"): admin,
+    ("GET", "/v1/messages/{msg_id}/trace"): admin,
+    # the ACL itself
+    ("GET", "/v1/acl"): admin,
+    ("GET", "/v1/acl/version"): admin,
+    ("PUT", "/v1/acl/accounts/{access_key}"): admin,
+    ("DELETE", "/v1/acl/accounts/{access_key}"): admin,
+    ("PUT", "/v1/acl/global-white"): admin,
+}
+
+# Opened by the setting acl_public_ops (scrapers and API browsers without keys).
+OPS_ROUTES = frozenset({"/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
+_COMPILED = [(method, path, compile_path(path)[0], rule) for (method, path), rule in RULES.items()]
+
+
+def rule_for(method: str, path: str, *, public_ops: bool) -> tuple[Rule, dict[str, str]]:
+    """The rule of the route a request goes to, and its path parameters.  Matched against the
+    table's own path templates (Starlette's syntax), not the framework's router internals."""
+    method = "GET" if method == "HEAD" else method
+    if public_ops and method == "GET" and path in OPS_ROUTES:
+        return public, {}
+    for rule_method, _template, pattern, rule in _COMPILED:
+        if rule_method == method:
+            found = pattern.match(path)
+            if found:
+                return rule, found.groupdict()
+    return admin, {}  # no route, or another method's (404, 405)

@@ -1,0 +1,160 @@
+"""``halfmq acl show|version|update-account|delete-account|update-global-white``: RocketMQ's mqadmin
+ACL commands (getAclConfig, clusterAclConfigVersion, updateAclConfig, deleteAclConfig,
+updateGlobalWhiteAddr) against a broker's ``/v1/acl`` routes; they need an admin account."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group, RenderableType
+
+from broker_service.cli.output import (
+    DEFAULT_BROKER,
+    AccessKeyOption,
+    BrokerOption,
+    JsonOption,
+    SecretKeyOption,
+    TimeoutOption,
+    connect,
+    credentials,
+    fields_panel,
+    show,
+    table,
+)
+
+app = typer.Typer(help="Show and change the broker's ACL (admin account).", no_args_is_help=True)
+
+KeyOption = Annotated[str, typer.Option("-a", "--access-key-of", help="The account's accessKey.")]
+
+
+def _split(text: str | None) -> list[str] | None:
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
+
+
+@app.command("show")
+def show_(
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
+) -> None:
+    """The enforced ACL: version, global white list and accounts (never a secret)."""
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+        answer = client.acl()
+    show(answer, as_json, _render)
+
+
+@app.command()
+def version(
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
+) -> None:
+    """The version the broker enforces (the same on every broker of one database)."""
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+        answer = client.acl("/version")
+    show(answer, as_json, lambda a: fields_panel("ACL", [("version", a["version"])]))
+
+
+@app.command("update-account")
+def update_account(
+    account: KeyOption,
+    secret: Annotated[
+        str | None, typer.Option("-s", "--secret", help="Its secretKey (needed for a new account).")
+    ] = None,
+    topics: Annotated[
+        str | None, typer.Option("-t", "--topic-perms", help="topicA=DENY,topicD=SUB (replaces).")
+    ] = None,
+    groups: Annotated[
+        str | None, typer.Option("-g", "--group-perms", help="groupA=PUB,groupB=SUB (replaces).")
+    ] = None,
+    admin: Annotated[
+        bool | None, typer.Option("--admin/--no-admin", help="An admin account may do everything.")
+    ] = None,
+    white: Annotated[
+        str | None, typer.Option("--white", help="whiteRemoteAddress ('' removes it).")
+    ] = None,
+    default_topic: Annotated[
+        str | None, typer.Option("--default-topic-perm", help="DENY, PUB, SUB or PUB|SUB.")
+    ] = None,
+    default_group: Annotated[
+        str | None, typer.Option("--default-group-perm", help="DENY, PUB, SUB or PUB|SUB.")
+    ] = None,
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
+) -> None:
+    """Create an account or change the fields given (mqadmin updateAclConfig)."""
+    changes: dict[str, Any] = {
+        "secret_key": secret,
+        "admin": admin,
+        "white_remote_address": white,
+        "default_topic_perm": default_topic,
+        "default_group_perm": default_group,
+        "topic_perms": _split(topics),
+        "group_perms": _split(groups),
+    }
+    body = {key: value for key, value in changes.items() if value is not None}
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+        answer = client.update_account(account, body)
+    show(answer, as_json, _render_account)
+
+
+@app.command("delete-account")
+def delete_account(
+    account: KeyOption,
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
+) -> None:
+    """Remove an account (mqadmin deleteAclConfig)."""
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+        client.delete_account(account)
+    show({"deleted": account}, as_json, lambda a: fields_panel("deleted", [("account", account)]))
+
+
+@app.command("update-global-white")
+def update_global_white(
+    addresses: Annotated[
+        str, typer.Option("--addresses", help="10.10.103.*,192.168.0.0/16 (replaces the list).")
+    ],
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
+) -> None:
+    """Replace globalWhiteRemoteAddresses (mqadmin updateGlobalWhiteAddr)."""
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+        answer = client.update_global_white(_split(addresses) or [])
+    show(answer, as_json, _render)
+
+
+def _render_account(account: dict[str, Any]) -> RenderableType:
+    return fields_panel(f"account {account['access_key']}", list(account.items()))
+
+
+def _render(answer: dict[str, Any]) -> RenderableType:
+    head = fields_panel(
+        "ACL",
+        [
+            ("version", answer["version"]),
+            ("global white", ", ".join(answer["global_white_remote_addresses"]) or "(any)"),
+        ],
+    )
+    rows = [
+        (a["access_key"], a["admin"], a["white_remote_address"] or "", a["default_topic_perm"],
+         a["default_group_perm"], ", ".join(a["topic_perms"]), ", ".join(a["group_perms"]))
+        for a in answer["accounts"]
+    ]  # fmt: skip
+    columns = ("access key id", "admin", "white", "topics by default", "groups by default",
+               "topic perms", "group perms")  # fmt: skip
+    return Group(head, table("accounts", columns, rows))
