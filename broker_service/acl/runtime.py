@@ -7,8 +7,9 @@ and replay protection.
   invalid edit is logged and the last good version stays.  It then reads the newest version in the
   store and enforces it -- so brokers sharing a database converge on the last version any of them
   published (from its file, or from ``halfmq acl``).
-* A nonce is remembered in the store until its request's timestamp leaves the window: a request
-  replayed to any broker on the same database is refused.
+* A nonce is remembered in the store until its request's timestamp leaves the window (in the
+  request's own write, see :mod:`.nonces`): a request replayed to any broker on the same database
+  is refused.  Expired nonces are purged as the file is watched.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from pathlib import Path
 from broker_service.acl.errors import AclFileError
 from broker_service.acl.file import dump_acl, parse_acl
 from broker_service.acl.model import AclConfig
-from broker_service.domain.ports import Store, StoreTx
+from broker_service.acl.nonces import NonceKey
+from broker_service.domain.ports import Store
 
 log = logging.getLogger("halfmq.acl")
 
@@ -75,6 +77,7 @@ class AclRuntime:
             await asyncio.sleep(self.reload_seconds)
             try:
                 await self.reload()
+                await self.purge_nonces()
             except Exception:  # a store hiccup must not end the watch
                 log.exception("ACL reload failed; version %s stays", self.config.version)
 
@@ -141,20 +144,19 @@ class AclRuntime:
 
     # -- replay protection ----------------------------------------------------------------------
 
-    async def remember_nonce(self, access_key: str, nonce: str, timestamp_ms: int) -> bool:
-        """True the first time this key's nonce is seen (on any broker of the database)."""
-        expires_at = timestamp_ms + self.window_ms
+    async def remember_nonce(self, nonce: NonceKey) -> bool:
+        """Remember a request's nonce on its own (a request that wrote nothing); True the first
+        time it is seen on any broker of the database.  A writing request's nonce rides with its
+        own write instead (:mod:`broker_service.acl.nonces`)."""
+        return await self.store.write(lambda tx: tx.remember_nonces([nonce])[0])
+
+    async def purge_nonces(self) -> None:
+        """Forget nonces whose request's timestamp has left the window (every few seconds)."""
         now = self.clock()
-        purge = now >= self._next_purge
-        if purge:
-            self._next_purge = now + _PURGE_EVERY_MS
-
-        def unit(tx: StoreTx) -> bool:
-            if purge:
-                tx.purge_nonces(now)
-            return tx.remember_nonces([(access_key, nonce, expires_at)])[0]
-
-        return await self.store.write(unit)
+        if now < self._next_purge:
+            return
+        self._next_purge = now + _PURGE_EVERY_MS
+        await self.store.write(lambda tx: tx.purge_nonces(now))
 
 
 def _digest(text: str) -> str:

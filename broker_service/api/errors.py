@@ -24,6 +24,7 @@ from broker_service.domain.errors import (
     NotFound,
     NotReady,
     SystemTopic,
+    Unauthenticated,
 )
 from broker_service.logs import redact
 
@@ -35,6 +36,7 @@ _STATUS: list[tuple[type[BrokerError], int]] = [
     (SystemTopic, 400),
     (InvalidRequest, 422),
     (NotFound, 404),
+    (Unauthenticated, 401),
     (Forbidden, 403),
     (Conflict, 409),
     (MessageTooLarge, 413),

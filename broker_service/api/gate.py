@@ -6,12 +6,16 @@ For each HTTP request, with the ACL on:
    with none needs admin); a public route passes untouched;
 2. read the body, and verify the signature over the canonical request (401: unsigned, unknown key,
    bad signature, timestamp outside the window);
-3. remember the nonce in the store (401 ``NONCE_REPLAYED`` if any broker of the database saw it);
-4. the account's white lists and the route's needs (403);
-5. the access key's rate (429 with ``Retry-After``);
+3. the account's white lists and the route's needs (403; a commit's need on its transaction's
+   topic is left to the route, which reads the transaction: :class:`.permissions.TransactionGuard`);
+4. the access key's rate (429 with ``Retry-After``);
 
-then the request goes on, its body replayed, with ``request.state.access_key`` set.  Without the
-ACL the gate passes everything (the embedded default stays zero-config).
+then the request goes on, its body replayed, with ``request.state.access_key`` set and its nonce
+bound (:mod:`broker_service.acl.nonces`): the request's first store write remembers the nonce in
+the same transaction, and is refused 401 ``NONCE_REPLAYED`` if any broker of the database saw it.
+A request that wrote nothing has its nonce remembered here just before its response starts, and
+a replayed one gets the 401 instead of that response.  Without the ACL the gate passes everything
+(the embedded default stays zero-config).
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from broker_service.acl import nonces
 from broker_service.acl.decide import authorize
-from broker_service.acl.errors import AclError, AclErrorCode, AclUnauthenticated
+from broker_service.acl.errors import AclError
 from broker_service.acl.runtime import AclRuntime
 from broker_service.acl.signature import body_sha256, verify
 from broker_service.api.errors import envelope
-from broker_service.api.permissions import Ask, public, rule_for
+from broker_service.api.permissions import Ask, TransactionGuard, public, rule_for
 
 log = logging.getLogger("halfmq.acl")
 
@@ -83,7 +88,8 @@ class AclGate:
             return
         body = await _read_body(receive)
         try:
-            access_key = await self._admit(scope, body, rule, params)
+            access_key, nonce = self._admit(scope, body)
+            await self._authorize(scope, body, access_key, rule, params)
         except AclError as error:
             await _refuse(scope, receive, send, error)
             return
@@ -96,12 +102,33 @@ class AclGate:
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})["access_key"] = access_key
-        await self.app(scope, _replay(body, receive), send)
+        with nonces.bound(nonce):
+            await self.app(scope, _replay(body, receive), self._remembering(nonce, scope, send))
 
-    async def _admit(self, scope: Scope, body: bytes, rule: Any, params: dict[str, Any]) -> str:
+    def _remembering(self, nonce: nonces.RequestNonce, scope: Scope, send: Send) -> Send:
+        """``send``, which first remembers the nonce of a request that wrote nothing: a replayed
+        one is answered 401 instead of its response."""
         acl = self.acl
         assert acl is not None
-        config = acl.config
+        refused = False
+
+        async def send_after_nonce(message: Message) -> None:
+            nonlocal refused
+            if message["type"] == "http.response.start" and not nonce.taken:
+                nonce.taken = True
+                refused = not await acl.remember_nonce(nonce.key)
+                if refused:
+                    error = nonces.replayed_error(nonce.key)
+                    response = envelope(401, error.code, error.message, **error.detail)
+                    await response(scope, _no_body, send)
+            if not refused:
+                await send(message)
+
+        return send_after_nonce
+
+    def _admit(self, scope: Scope, body: bytes) -> tuple[str, nonces.RequestNonce]:
+        acl = self.acl
+        assert acl is not None
         raw_path = scope.get("raw_path") or scope["path"].encode()
         signed = verify(
             Headers(scope=scope),
@@ -110,22 +137,31 @@ class AclGate:
             scope.get("query_string", b"").decode("latin-1"),
             body_sha256(body),
             int(time.time() * 1000),
-            config.secret_for,
+            acl.config.secret_for,
             window_ms=acl.window_ms,
         )
-        if not await acl.remember_nonce(signed.access_key, signed.nonce, signed.timestamp_ms):
-            raise AclUnauthenticated(
-                AclErrorCode.NONCE_REPLAYED,
-                "this request's nonce was already used: a replayed request is refused; sign "
-                "each request with a new nonce",
-                {"access_key": signed.access_key},
-            )
+        nonce = nonces.RequestNonce(
+            signed.access_key, signed.nonce, signed.timestamp_ms + acl.window_ms
+        )
+        return signed.access_key, nonce
+
+    async def _authorize(
+        self, scope: Scope, body: bytes, access_key: str, rule: Any, params: dict[str, Any]
+    ) -> None:
+        acl = self.acl
+        assert acl is not None
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        app = scope["app"]
-        ask = Ask(params, query, body, app.state.service)
+        ask = Ask(params, query, body, scope["app"].state.service)
         client = scope.get("client")
-        authorize(config, signed.access_key, client[0] if client else "", await rule(ask))
-        return signed.access_key
+        address = client[0] if client else ""
+        authorize(acl.config, access_key, address, await rule(ask))
+        if ask.transaction_topic is not None:
+            guard = TransactionGuard(acl.config, access_key, address, ask.transaction_topic)
+            scope.setdefault("state", {})["transaction_guard"] = guard
+
+
+async def _no_body() -> Message:
+    return {"type": "http.disconnect"}
 
 
 async def _read_body(receive: Receive) -> bytes:

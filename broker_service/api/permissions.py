@@ -5,10 +5,12 @@ A route missing from the table needs ``admin``: a route added later without a th
 closed, not open.  The table is docs/acl.md's "Permissions per route", entry for entry (a test holds
 the two together).
 
-Some needs are read from the request: the body's topic and producer group of a half, the stored
-transaction that a commit or rollback ends (its topic and its producer group).  A need whose resource
-cannot be read yet (a malformed body, an unknown transaction) is "any known account": the route then
-answers 404 or 422 as it would without the ACL.
+Some needs are read from the request: the body's topic and producer group of a half, the producer
+group a commit or rollback names.  The topic of the transaction a commit or rollback ends is checked
+where the broker reads that transaction anyway, in the resolving unit (:class:`TransactionGuard`),
+so the gate adds no store read to the hottest route.  A need whose resource cannot be read yet (a
+malformed body, an unknown transaction) is "any known account": the route then answers 404 or 422
+as it would without the ACL.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from typing import Any
 import orjson
 from starlette.routing import compile_path
 
-from broker_service.acl.model import Need, Perm
-from broker_service.domain.errors import BrokerError
+from broker_service.acl.decide import authorize
+from broker_service.acl.errors import AclError
+from broker_service.acl.model import AclConfig, Need, Perm
+from broker_service.domain.errors import BrokerError, Forbidden
+from broker_service.domain.model import TransactionRecord
 from broker_service.domain.service import BrokerService
 
 PUB, SUB = Perm.PUB, Perm.SUB
@@ -36,6 +41,7 @@ class Ask:
     body: bytes
     service: BrokerService
     parsed: dict[str, Any] | None = None
+    transaction_topic: Perm | None = None  # checked by the route's unit: TransactionGuard
 
     def _fields(self) -> dict[str, Any]:
         """The body as a JSON object, parsed once ({} when it is not one: the route will say)."""
@@ -102,26 +108,45 @@ async def send_half(ask: Ask) -> list[Need]:
 
 
 async def end_transaction(ask: Ask) -> list[Need]:
-    """Commit or rollback: PUB on the half's topic and on its producer group; without a
-    ``producer_group`` in the body it is an operator's decision (admin)."""
+    """Commit or rollback: PUB on the producer group the body names (the broker refuses to end a
+    transaction of another group: 409 ``PRODUCER_GROUP_MISMATCH``) and PUB on the half's topic,
+    checked as the route reads the transaction.  Without a ``producer_group`` in the body it is an
+    operator's decision (admin)."""
     if not ask.has_field("producer_group"):
         return [Need.admin()]
-    return await _transaction(ask, with_topic=True)
+    ask.transaction_topic = PUB
+    return _named(Need.group, ask.json_field("producer_group"), PUB)
 
 
 async def read_transaction(ask: Ask) -> list[Need]:
-    return await _transaction(ask, with_topic=False)
-
-
-async def _transaction(ask: Ask, *, with_topic: bool) -> list[Need]:
     try:
         record = await ask.service.get_transaction(ask.path_params["transaction_id"])
     except BrokerError:
         return []  # unknown (or a bad id): the route answers 404 / 422
-    needs = [Need.group(record.producer_group, PUB)]
-    if with_topic:
-        needs.append(Need.topic(record.topic, PUB))
-    return needs
+    return [Need.group(record.producer_group, PUB)]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionGuard:
+    """The need on a transaction's topic, checked by the unit that resolves it, once read."""
+
+    config: AclConfig
+    access_key: str
+    address: str
+    perm: Perm
+
+    def __call__(self, record: TransactionRecord) -> None:
+        try:
+            authorize(self.config, self.access_key, self.address,
+                      [Need.topic(record.topic, self.perm)])  # fmt: skip
+        except AclError as error:
+            raise Forbidden(error.message, code=str(error.code), **error.detail) from None
+
+
+def transaction_guard(state: Any) -> TransactionGuard | None:
+    """The guard the gate left for this request (``request.state``); None without the ACL."""
+    guard = getattr(state, "transaction_guard", None)
+    return guard if isinstance(guard, TransactionGuard) else None
 
 
 async def list_transactions(ask: Ask) -> list[Need]:

@@ -11,6 +11,8 @@
      +-- MessageTooLarge                                               -> 413
      +-- Busy                        shedding load                     -> 429
      +-- NotReady                    store unreachable, schema old     -> 503
+     +-- Unauthenticated             a replayed signed request         -> 401
+     +-- Forbidden                   signed and known, not allowed     -> 403
 
 The HTTP adapter maps each class to its status; the domain never speaks HTTP.
 """
@@ -61,6 +63,12 @@ class Busy(BrokerError):
 
 class NotReady(BrokerError):
     code = "NOT_READY"
+
+
+class Unauthenticated(BrokerError):
+    """The request cannot be taken as its signer's (a nonce already used: a replay)."""
+
+    code = "UNAUTHENTICATED"
 
 
 class Forbidden(BrokerError):

@@ -162,7 +162,7 @@ class StoreTx(Protocol):
     ) -> None: ...
 
     # the ACL (broker_service.acl; store: broker_service.store.acl)
-    def remember_nonces(self, nonces: list[tuple[str, str, int]]) -> list[bool]:
+    def remember_nonces(self, nonces: Sequence[tuple[str, str, int]]) -> list[bool]:
         """Insert each ``(access_key, nonce, expires_at)``; True where it was not seen before."""
         ...
 
@@ -235,7 +235,11 @@ class StoreTx(Protocol):
 class Store(Protocol):
     async def write(self, unit: Callable[[StoreTx], T], *, read_ahead: Sequence[str] = ()) -> T:
         """Run ``unit`` in a store transaction and commit.  ``read_ahead``: ids of transactions
-        the unit will look up -- a hint that lets the store fetch those of many units at once."""
+        the unit will look up -- a hint that lets the store fetch those of many units at once.
+
+        The signed request's nonce, when one is bound and not yet taken
+        (:mod:`broker_service.acl.nonces`), is remembered in the same transaction before the
+        unit runs; a nonce seen before raises ``Replayed`` and the unit does not run."""
         ...
 
     async def read(self, unit: Callable[[StoreTx], T]) -> T: ...

@@ -91,8 +91,9 @@ class BrokerService:
         decision: Decision,
         producer_group: str | None,
         by: ResolvedBy,
+        may_end: Callable[[TransactionRecord], None] | None = None,
     ) -> Resolution:
-        unit = self.transactions.resolve(transaction_id, decision, producer_group, by)
+        unit = self.transactions.resolve(transaction_id, decision, producer_group, by, may_end)
         return await self.store.write(unit, read_ahead=(transaction_id,))
 
     async def get_transaction(self, transaction_id: str) -> TransactionRecord:

@@ -162,7 +162,11 @@ class Transactions:
         decision: Decision,
         producer_group: str | None,
         by: ResolvedBy,
+        may_end: Callable[[TransactionRecord], None] | None = None,
     ) -> Callable[[StoreTx], Resolution]:
+        """``may_end``: the caller's own condition on the transaction (the ACL's need on its
+        topic), checked once it is read; it raises a ``BrokerError`` to refuse."""
+
         def unit(tx: StoreTx) -> Resolution:
             found = tx.transaction_with_half(transaction_id)
             if found is None:
@@ -175,6 +179,8 @@ class Transactions:
                     code="PRODUCER_GROUP_MISMATCH",
                     transaction_id=transaction_id,
                 )
+            if may_end is not None:
+                may_end(record)
             if record.state in FINAL_STATES:
                 return self._answer_repeat(tx, record, decision)
             if decision is Decision.COMMIT and tx.get_topic(record.topic) is None:

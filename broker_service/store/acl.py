@@ -2,10 +2,13 @@
 
 A nonce is remembered by inserting ``(access_key, nonce)``; the primary key refuses a second
 insert, on any broker that shares the database, so a replayed request is caught wherever it lands.
-Expired nonces are purged in small batches by the same writes.
+Expired nonces are purged in small batches, every few seconds, by the ACL runtime.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -26,19 +29,32 @@ class AclStore:
     conn: Connection
     _postgres: bool
 
-    def remember_nonces(self, nonces: list[tuple[str, str, int]]) -> list[bool]:
-        """Insert each ``(access_key, nonce, expires_at)``; True where it was new."""
-        dialect_insert = postgresql.insert if self._postgres else sqlite.insert
-        fresh = []
-        for access_key, nonce, expires_at in nonces:
-            stmt = (
-                dialect_insert(acl_nonces)
-                .values(access_key=access_key, nonce=nonce, expires_at=expires_at)
-                .on_conflict_do_nothing(index_elements=["access_key", "nonce"])
-                .returning(acl_nonces.c.nonce)
+    def remember_nonces(self, nonces: Sequence[tuple[str, str, int]]) -> list[bool]:
+        """Insert each ``(access_key, nonce, expires_at)`` in one statement; True where it was not
+        seen before (of two equal ones in ``nonces``, the first)."""
+        if not nonces:
+            return []
+        rows = {(key, nonce): expires for key, nonce, expires in reversed(nonces)}
+        inserted = {
+            (row[0], row[1])
+            for row in self.conn.execute(
+                self._insert_nonces(),
+                [{"access_key": k, "nonce": n, "expires_at": e} for (k, n), e in rows.items()],
             )
-            fresh.append(self.conn.execute(stmt).first() is not None)
+        }
+        fresh = []
+        for key, nonce, _ in nonces:
+            fresh.append((key, nonce) in inserted)
+            inserted.discard((key, nonce))
         return fresh
+
+    def _insert_nonces(self) -> Any:
+        dialect_insert = postgresql.insert if self._postgres else sqlite.insert
+        return (
+            dialect_insert(acl_nonces)
+            .on_conflict_do_nothing(index_elements=["access_key", "nonce"])
+            .returning(acl_nonces.c.access_key, acl_nonces.c.nonce)
+        )
 
     def purge_nonces(self, now: int) -> int:
         expired = list(self.conn.execute(_expired, {"now": now}))

@@ -37,6 +37,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from broker_service.acl import nonces
+from broker_service.acl.nonces import NonceKey
 from broker_service.domain import names
 from broker_service.domain.consumer_model import (
     OPEN_STATES,
@@ -744,9 +746,9 @@ class ConcurrentUnits:
         if not self.ready():
             raise NotReady("the broker is not ready: the store's schema is not current")
         engine = self.leases if lease_only else self.durable
-        return await anyio.to_thread.run_sync(self._run, unit, engine)
+        return await anyio.to_thread.run_sync(self._run, unit, engine, nonces.take())
 
-    def _run(self, unit: Callable[[Any], T], engine: Engine) -> T:
+    def _run(self, unit: Callable[[Any], T], engine: Engine, nonce: NonceKey | None) -> T:
         from broker_service.store.sqltx import SqlTx  # sqltx imports this module
 
         error: Exception | None = None
@@ -754,6 +756,8 @@ class ConcurrentUnits:
             try:
                 with engine.begin() as conn:
                     tx = SqlTx(conn)
+                    if nonce is not None and not tx.remember_nonces([nonce])[0]:
+                        raise nonces.replayed_error(nonce)
                     result = unit(tx)
                     tx.flush()
                 return result

@@ -15,6 +15,7 @@ import anyio.to_thread
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from broker_service.acl import nonces
 from broker_service.domain.errors import BrokerError, NotReady
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
@@ -104,7 +105,7 @@ class SqlStore:
 
     async def write(self, unit: Callable[[SqlTx], T], *, read_ahead: Sequence[str] = ()) -> T:
         self._guard()
-        result: T = await self.writer.submit(unit, read_ahead)
+        result: T = await self.writer.submit(unit, read_ahead, nonces.take())
         return result
 
     async def read(self, unit: Callable[[SqlTx], T]) -> T:

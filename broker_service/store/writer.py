@@ -5,6 +5,9 @@ waiting (up to ``batch_max``), runs it in one store transaction, flushes the buf
 -- one fsync for the whole batch -- and only then answers every caller.  While it commits, the next
 batch gathers, so the batch size follows the load with no timer.
 
+A signed request's nonce rides with its unit: the batch's nonces are remembered in one statement
+before the units run, and a unit whose nonce was seen before is answered ``Replayed`` unrun.
+
 A unit that raises a :class:`BrokerError` is dropped from the batch (its appends undone) and answered
 with the error.  A batch whose deferred resolutions lost a race with another broker (PostgreSQL, see
 ``SqlTx.resolve_transaction``) runs again with each resolution checked as it is made.  Any other
@@ -27,6 +30,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
+from broker_service.acl.nonces import NonceKey, replayed_error
 from broker_service.domain.errors import BrokerError, Busy, InvalidRequest, NotReady
 from broker_service.store.sqltx import ResolutionRace, SqlTx
 
@@ -41,6 +45,7 @@ class _Job:
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
     read_ahead: Sequence[str] = ()
+    nonce: NonceKey | None = None
     ok: bool = False
     value: Any = None
 
@@ -72,13 +77,17 @@ class GroupCommitWriter:
             self._thread = None
 
     def submit(
-        self, unit: Callable[[SqlTx], Any], read_ahead: Sequence[str] = ()
+        self,
+        unit: Callable[[SqlTx], Any],
+        read_ahead: Sequence[str] = (),
+        nonce: NonceKey | None = None,
     ) -> asyncio.Future[Any]:
-        """Queue a unit of work; ``read_ahead``: transactions it will look up (see SqlTx)."""
+        """Queue a unit of work; ``read_ahead``: transactions it will look up (see SqlTx);
+        ``nonce``: the signed request's, remembered before the unit runs (refused if seen)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         try:
-            self._queue.put_nowait(_Job(unit, future, loop, read_ahead))
+            self._queue.put_nowait(_Job(unit, future, loop, read_ahead, nonce))
         except queue.Full:
             raise Busy("the broker's write queue is full; retry later") from None
         return future
@@ -140,7 +149,11 @@ class GroupCommitWriter:
                 wanted = [t for job in batch for t in job.read_ahead]
                 if len(wanted) > 1:  # one lookup for all instead of one round trip each
                     tx.read_ahead(wanted)
+                replayed = _replayed(tx, batch)
                 for job in batch:
+                    if id(job) in replayed:
+                        job.value, job.ok = replayed_error(job.nonce), False
+                        continue
                     mark = tx.mark()
                     try:
                         job.value, job.ok = job.unit(tx), True
@@ -193,6 +206,15 @@ class GroupCommitWriter:
         for loop, jobs in by_loop.items():
             with contextlib.suppress(RuntimeError):  # the loop closed while we committed
                 loop.call_soon_threadsafe(_settle, jobs)
+
+
+def _replayed(tx: SqlTx, batch: list[_Job]) -> set[int]:
+    """Remember the batch's nonces in one statement; the jobs (``id``) whose nonce was seen."""
+    signed = [(job, job.nonce) for job in batch if job.nonce is not None]
+    if not signed:
+        return set()
+    fresh = tx.remember_nonces([nonce for _, nonce in signed])
+    return {id(job) for (job, _), new in zip(signed, fresh, strict=True) if not new}
 
 
 def _settle(jobs: list[_Job]) -> None:

@@ -37,6 +37,10 @@ accounts:
   - accessKey: operator-key
     secretKey: operator-secret
     admin: true
+  - accessKey: teller-key
+    secretKey: teller-secret
+    groupPerms:
+      - bob-bank=PUB
   - accessKey: faraway-key
     secretKey: faraway-secret
     admin: true
@@ -47,6 +51,7 @@ BOB = Credentials("bob-bank-key", "bob-bank-secret")
 SMITH = Credentials("smith-bank-key", "smith-bank-secret")
 OPERATOR = Credentials("operator-key", "operator-secret")
 FARAWAY = Credentials("faraway-key", "faraway-secret")
+TELLER = Credentials("teller-key", "teller-secret")  # Bob's producer group, but no topic
 
 
 @pytest.fixture
@@ -170,6 +175,29 @@ def test_each_refusal_kind_over_real_http(acl_broker: BrokerProcess) -> None:
         assert secret not in log
 
 
+def test_a_replayed_request_takes_no_effect_and_reads_no_data(acl_broker: BrokerProcess) -> None:
+    """The nonce is remembered with the request's own write: a replayed send appends nothing; a
+    replayed read (which writes nothing) is refused before its response goes out."""
+    with _client(acl_broker, OPERATOR) as operator:
+        operator.post("/v1/topics", json={"name": "transfers", "queues": 1})
+    path = "/v1/topics/transfers/messages"
+    first = _signed_post(acl_broker, BOB, path, b'{"body": "only once"}')
+    assert first.status_code == 201, first.text
+    for _ in range(3):
+        again = httpx.post(f"{acl_broker.url}{path}", content=first.request.content,
+                           headers=first.request.headers, timeout=10)  # fmt: skip
+        assert (again.status_code, _code(again)) == (401, "NONCE_REPLAYED")
+    read_path, query = "/v1/messages", "topic=transfers"
+    headers = sign_headers(SMITH, "GET", read_path, query, b"")
+    read = httpx.get(f"{acl_broker.url}{read_path}?{query}", headers=headers, timeout=10)
+    assert read.status_code == 200, read.text
+    bodies = [m["body"] for m in read.json()["messages"]]
+    assert bodies == ["only once"]
+    replayed_read = httpx.get(f"{acl_broker.url}{read_path}?{query}", headers=headers, timeout=10)
+    assert (replayed_read.status_code, _code(replayed_read)) == (401, "NONCE_REPLAYED")
+    assert "only once" not in replayed_read.text
+
+
 def test_producer_groups_are_closed_and_callbacks_cannot_be_aimed_elsewhere(
     acl_broker: BrokerProcess,
 ) -> None:
@@ -188,6 +216,13 @@ def test_producer_groups_are_closed_and_callbacks_cannot_be_aimed_elsewhere(
         assert (rollback.status_code, _code(rollback)) == (403, "PERMISSION_DENIED")
         as_operator = smith.post(f"/v1/transactions/{txid}/rollback", json={})
         assert (as_operator.status_code, _code(as_operator)) == (403, "PERMISSION_DENIED")
+        with _client(acl_broker, TELLER) as teller:  # PUB on the group is not enough
+            for decision in ("commit", "rollback"):
+                ended = teller.post(f"/v1/transactions/{txid}/{decision}",
+                                    json={"producer_group": "bob-bank"})  # fmt: skip
+                assert (ended.status_code, _code(ended)) == (403, "PERMISSION_DENIED")
+                assert "transfers" in ended.json()["error"]["message"]
+            assert teller.get(f"/v1/transactions/{txid}").json()["state"] == "PREPARED"
         metadata = bob.post("/v1/producer-groups/bob-bank/heartbeat",
                             json={"client_id": "bob-1", "callback_url": "http://169.254.169.254/"})  # fmt: skip
         assert (metadata.status_code, _code(metadata)) == (403, "CALLBACK_NOT_ALLOWED")

@@ -32,7 +32,12 @@ async def readyz(request: Request, metrics: MetricsDep) -> Any:
     return {"status": "ready"}
 
 
-@router.get("/metrics", response_class=Response, responses={503: ERROR_RESPONSES[503]})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    # With the ACL on, an admin's unless acl_public_ops opens it to scrapers without keys.
+    responses={code: ERROR_RESPONSES[code] for code in (401, 403, 503)},
+)
 async def metrics_text(request: Request, metrics: MetricsDep, settings: SettingsDep) -> Response:
     stats = request.app.state.store.stats()
     service = request.app.state.service

@@ -10,6 +10,7 @@ from broker_service.api import convert
 from broker_service.api.deps import ServiceDep, metrics_of, service_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
+from broker_service.api.permissions import transaction_guard
 from broker_service.api.schemas import (
     DecisionIn,
     HalfOut,
@@ -48,7 +49,8 @@ async def _resolve(
     if body.producer_group is None and not body.from_check:
         by = ResolvedBy.OPERATOR
     service = service_of(request)
-    resolution = await service.resolve(transaction_id, decision, body.producer_group, by)
+    guard = transaction_guard(request.state)  # the ACL's need on the transaction's topic
+    resolution = await service.resolve(transaction_id, decision, body.producer_group, by, guard)
     metrics_of(request).resolutions.labels(state=resolution.state.value, by=by.value).inc()
     return convert.json_response(convert.resolution_dict(resolution))
 

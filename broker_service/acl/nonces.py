@@ -1,0 +1,67 @@
+"""A signed request's nonce, remembered in the same store transaction as the request's effect.
+
+The gate verifies a request's signature, then *binds* its nonce to the request's context
+(:func:`bound`).  The first store write the request makes *takes* it (:func:`take`) and inserts
+``(access_key, nonce)`` before running its unit, in the same transaction: the primary key refuses
+a nonce any broker of the database committed before, and the unit is then answered
+:class:`~broker_service.domain.errors.Replayed` without running.  So a write request takes effect
+at most once per nonce, on every broker that shares the database, and replay protection costs one
+insert inside a commit the request waits for anyway -- not a durable commit of its own.
+
+A request that writes nothing (a read, a refusal before any write) has its nonce remembered by the
+gate on its own just before the response starts; a replayed one then gets 401 instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from broker_service.domain.errors import Unauthenticated
+
+NonceKey = tuple[str, str, int]  # (access_key, nonce, expires_at ms)
+
+
+@dataclass(slots=True)
+class RequestNonce:
+    access_key: str
+    nonce: str
+    expires_at: int
+    taken: bool = False
+
+    @property
+    def key(self) -> NonceKey:
+        return (self.access_key, self.nonce, self.expires_at)
+
+
+_current: ContextVar[RequestNonce | None] = ContextVar("halfmq_request_nonce", default=None)
+
+
+@contextmanager
+def bound(nonce: RequestNonce) -> Iterator[RequestNonce]:
+    """While the request runs, its first store write remembers ``nonce``."""
+    token = _current.set(nonce)
+    try:
+        yield nonce
+    finally:
+        _current.reset(token)
+
+
+def take() -> NonceKey | None:
+    """The current request's nonce, once: the first write to ask gets it, later ones ``None``."""
+    nonce = _current.get()
+    if nonce is None or nonce.taken:
+        return None
+    nonce.taken = True
+    return nonce.key
+
+
+def replayed_error(nonce: NonceKey | None) -> Unauthenticated:
+    return Unauthenticated(
+        "this request's nonce was already used: a replayed request is refused; sign each "
+        "request with a new nonce",
+        code="NONCE_REPLAYED",
+        access_key=nonce[0] if nonce else None,
+    )

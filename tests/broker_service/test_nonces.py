@@ -1,0 +1,98 @@
+"""A signed request's nonce is remembered in the same store transaction as the request's effect:
+the effect happens at most once per nonce, whichever broker of the database the request reaches."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from broker_service.acl import nonces
+from broker_service.domain.errors import Unauthenticated
+from broker_service.settings import BrokerSettings
+from broker_service.store import migrate
+from broker_service.store.consumers import ConcurrentUnits
+from broker_service.store.sql_store import SqlStore
+from broker_service.store.sqltx import SqlTx
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[SqlStore]:
+    migrate.upgrade(store_url)
+    opened = SqlStore(BrokerSettings(database_url=store_url))
+    opened.open()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _nonce(value: str, key: str = "bob-key") -> nonces.RequestNonce:
+    return nonces.RequestNonce(key, value, int(time.time() * 1000) + 300_000)
+
+
+async def _signed(
+    nonce: nonces.RequestNonce, write: Callable[[Callable[[SqlTx], str]], object], ran: list[str]
+) -> object:
+    """One request: the nonce bound, then one write whose unit notes that it ran."""
+
+    def unit(_: SqlTx) -> str:
+        ran.append(nonce.nonce)
+        return "done"
+
+    with nonces.bound(nonce):
+        try:
+            return await write(unit)  # type: ignore[misc]
+        except Unauthenticated as error:
+            return error
+
+
+async def test_a_nonce_takes_effect_once_even_twice_in_one_group_commit(store: SqlStore) -> None:
+    ran: list[str] = []
+    results = await asyncio.gather(
+        *(_signed(_nonce("n-1"), store.write, ran) for _ in range(4)),
+        _signed(_nonce("n-2"), store.write, ran),
+        _signed(_nonce("n-1", key="smith-key"), store.write, ran),  # another key's nonce
+    )
+    refused = [r for r in results if isinstance(r, Unauthenticated)]
+    assert len(refused) == 3
+    assert {r.code for r in refused} == {"NONCE_REPLAYED"}
+    assert sorted(ran) == ["n-1", "n-1", "n-2"]  # the replays' units never ran
+    replay = await _signed(_nonce("n-2"), store.write, ran)
+    assert isinstance(replay, Unauthenticated)
+
+
+async def test_only_the_requests_first_write_remembers_it(store: SqlStore) -> None:
+    """A request that writes twice is not refused by its own nonce; without one bound, nothing
+    is remembered."""
+    with nonces.bound(_nonce("twice")):
+        assert await store.write(lambda tx: 1) == 1
+        assert await store.write(lambda tx: 2) == 2
+    assert await store.write(lambda tx: 3) == 3
+    stored = await store.read(
+        lambda tx: tx.conn.exec_driver_sql("SELECT nonce FROM acl_nonces").scalars().all()
+    )
+    assert list(stored) == ["twice"]
+
+
+async def test_the_claims_pools_remember_it_too(pg_url: str) -> None:
+    """PostgreSQL: consumer units (receive, ack) run beside the writer and claim the nonce in their
+    own transaction; a replay across the writer and a claims pool is refused either way."""
+    migrate.upgrade(pg_url)
+    store = SqlStore(BrokerSettings(database_url=pg_url))
+    store.open()
+    runner = ConcurrentUnits(store.claims_engine(), store.claims_engine(durable=True),
+                             ready=lambda: True)  # fmt: skip
+    ran: list[str] = []
+    try:
+        first = await _signed(_nonce("c-1"), runner.run, ran)
+        again = await _signed(_nonce("c-1"), runner.run, ran)
+        across = await _signed(_nonce("c-1"), store.write, ran)
+        assert first == "done"
+        assert isinstance(again, Unauthenticated)
+        assert isinstance(across, Unauthenticated)
+        assert ran == ["c-1"]
+    finally:
+        store.close()
