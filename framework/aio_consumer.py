@@ -20,7 +20,7 @@ from framework.consumer_base import AckBuffer, AckMode, ConsumerBase, succeeded
 from framework.errors import HalfMQError
 from framework.message import Message
 from framework.registry import Registered
-from framework.transport import AsyncBrokerClient
+from framework.transport import AsyncBrokerClient, Verify
 
 log = logging.getLogger("halfmq.consumer")
 
@@ -32,6 +32,7 @@ class AsyncPushConsumer(ConsumerBase):
         brokers: Sequence[str],
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: Verify = True,
         **options: Any,
     ) -> None:
         super().__init__(group, brokers, **options)
@@ -40,6 +41,7 @@ class AsyncPushConsumer(ConsumerBase):
             timeout=self.timeout,
             retry=self.retry,
             transport=transport,
+            verify=verify,
             credentials=self.credentials,
         )
         self._stopping = False

@@ -30,7 +30,7 @@ from framework.message import (
 )
 from framework.producer_base import TRANSACTIONAL, ProducerBase, batch_topic, to_state
 from framework.signing import CredentialsLike
-from framework.transport import AsyncBrokerClient
+from framework.transport import AsyncBrokerClient, Verify
 
 log = logging.getLogger("halfmq.producer")
 State = LocalTransactionState
@@ -59,6 +59,7 @@ class AsyncTransactionProducer(ProducerBase):
         check_immunity_seconds: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         credentials: CredentialsLike = None,
+        verify: Verify = True,
     ) -> None:
         super().__init__(
             group,
@@ -76,6 +77,7 @@ class AsyncTransactionProducer(ProducerBase):
             timeout=self.timeout,
             retry=self.retry,
             transport=transport,
+            verify=verify,
             credentials=self.credentials,
         )
         self._tasks: list[asyncio.Task[None]] = []

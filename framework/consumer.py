@@ -33,7 +33,7 @@ from framework.consumer_base import AckBuffer, AckMode, ConsumerBase, succeeded
 from framework.errors import HalfMQError
 from framework.message import Message
 from framework.registry import Registered
-from framework.transport import BrokerClient
+from framework.transport import BrokerClient, Verify
 
 log = logging.getLogger("halfmq.consumer")
 
@@ -58,6 +58,7 @@ class PushConsumer(ConsumerBase):
         brokers: Sequence[str],
         *,
         transport: httpx.BaseTransport | None = None,
+        verify: Verify = True,
         **options: Any,
     ) -> None:
         super().__init__(group, brokers, **options)
@@ -66,6 +67,7 @@ class PushConsumer(ConsumerBase):
             timeout=self.timeout,
             retry=self.retry,
             transport=transport,
+            verify=verify,
             credentials=self.credentials,
         )
         self._stop = threading.Event()

@@ -7,6 +7,8 @@ the client, so a transport given for tests (``framework.testing``) is signed thr
 from __future__ import annotations
 
 import asyncio
+import os
+import ssl
 import time
 from collections.abc import Sequence
 from typing import TypeVar
@@ -28,6 +30,18 @@ def _limits() -> httpx.Limits:
     return httpx.Limits(max_connections=64, max_keepalive_connections=32)
 
 
+Verify = ssl.SSLContext | str | os.PathLike[str] | bool
+"""How a client checks an ``https://`` broker's certificate: ``True`` (the system's trusted CAs, as
+httpx does), the path of a CA bundle (PEM), an ``ssl.SSLContext``, or ``False`` (no check: tests
+only)."""
+
+
+def _ssl(verify: Verify) -> ssl.SSLContext | bool:
+    if isinstance(verify, str | os.PathLike):
+        return ssl.create_default_context(cafile=os.fspath(verify))
+    return verify
+
+
 def _auth(credentials: Credentials | None) -> HalfmqAuth | None:
     return None if credentials is None else HalfmqAuth(credentials)
 
@@ -43,12 +57,17 @@ class BrokerClient:
         retry: Retry = DEFAULT_RETRY,
         transport: httpx.BaseTransport | None = None,
         credentials: Credentials | None = None,
+        verify: Verify = True,
     ) -> None:
         self.endpoints = Endpoints(brokers)
         self.timeout = timeout
         self.retry = retry
         self.http = httpx.Client(
-            headers=_HEADERS, transport=transport, limits=_limits(), auth=_auth(credentials)
+            headers=_HEADERS,
+            transport=transport,
+            limits=_limits(),
+            auth=_auth(credentials),
+            verify=_ssl(verify),
         )
 
     def call(self, call: Call[T], retry: Retry | None = None) -> T:
@@ -90,12 +109,17 @@ class AsyncBrokerClient:
         retry: Retry = DEFAULT_RETRY,
         transport: httpx.AsyncBaseTransport | None = None,
         credentials: Credentials | None = None,
+        verify: Verify = True,
     ) -> None:
         self.endpoints = Endpoints(brokers)
         self.timeout = timeout
         self.retry = retry
         self.http = httpx.AsyncClient(
-            headers=_HEADERS, transport=transport, limits=_limits(), auth=_auth(credentials)
+            headers=_HEADERS,
+            transport=transport,
+            limits=_limits(),
+            auth=_auth(credentials),
+            verify=_ssl(verify),
         )
 
     async def call(self, call: Call[T], retry: Retry | None = None) -> T:

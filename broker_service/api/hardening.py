@@ -6,7 +6,8 @@
   victim's browser, with ``Host: evil.example``.  A Host that is the very address the request was
   sent to always passes: a request to an address by its address cannot come from a rebound name.
 * :class:`HeaderLimits`: at most ``max_headers`` request headers of at most ``max_header_bytes``
-  together (431 ``HEADERS_TOO_LARGE``), whatever server runs the app.
+  together (431 ``HEADERS_TOO_LARGE``), whatever server runs the app.  Under ``halfmq broker
+  serve`` a head far over the bound never reaches it: :mod:`.protocol` refuses it as it arrives.
 * :func:`exposure_warning`: the line a broker listening beyond loopback with the ACL off logs.
 """
 

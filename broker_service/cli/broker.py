@@ -79,6 +79,7 @@ app.command()(serve)
 
 def run(settings: BrokerSettings) -> None:
     from broker_service.api.app import create_app
+    from broker_service.api.protocol import bounded_protocol
 
     _check_tls(settings)
     logging.basicConfig(
@@ -94,9 +95,8 @@ def run(settings: BrokerSettings) -> None:
         timeout_graceful_shutdown=5,
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
-        # h11's own bound on a request head (the request line and headers); the app answers 431
-        # at max_header_bytes whatever the server parser (httptools has no such bound).
-        h11_max_incomplete_event_size=settings.max_header_bytes + 16 * 1024,
+        # httptools, with a request head bounded while it is read (it buffers any header whole)
+        http=bounded_protocol(settings.max_header_bytes),
     )
     logs.install_redaction()  # on uvicorn's handlers too: they exist once its Config is made
     warning = hardening.exposure_warning(settings)

@@ -5,8 +5,10 @@ behaviour is the process's (logging, uvicorn, TLS); the app in process where it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import ssl
 import subprocess
 import sys
@@ -34,6 +36,14 @@ from broker_service.domain.sending import Sender
 from broker_service.logs import RedactSecrets, redact, safe_url
 from broker_service.settings import DEFAULT_MAX_DELAY_SECONDS, BrokerSettings
 from broker_service.store import migrate
+from framework import (
+    CheckMode,
+    HalfMQError,
+    LocalTransactionState,
+    Message,
+    Retry,
+    TransactionProducer,
+)
 from tests.support import BrokerProcess, InProcessBroker, free_port, wait_until
 
 FAST = (
@@ -304,6 +314,9 @@ def test_a_pushed_check_logs_neither_the_callbacks_password_nor_its_token(
 # -- one broker process over real HTTP for the edge's checks -------------------------------------
 
 
+State = LocalTransactionState
+
+
 @pytest.fixture(scope="module")
 def edge_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     folder = tmp_path_factory.mktemp("edge")
@@ -341,6 +354,34 @@ def test_a_64_kib_header_is_431(edge_broker: BrokerProcess) -> None:
     assert_envelope(big, 431, "HEADERS_TOO_LARGE")
     fits = httpx.get(f"{edge_broker.url}/healthz", headers={"x-fits": "a" * 8 * 1024}, timeout=10)
     assert fits.status_code == 200
+
+
+def test_an_endless_header_is_refused_before_it_ends(edge_broker: BrokerProcess) -> None:
+    """httptools would buffer a header line of any length: the broker answers 431 and closes the
+    connection while the head is still arriving, having read little more than its bound."""
+    with socket.create_connection(("127.0.0.1", edge_broker.port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: ")
+        sent = 0
+        with contextlib.suppress(OSError):  # the broker closes on us mid-send
+            while sent < 64 * 1024 * 1024:
+                sock.sendall(b"a" * 64 * 1024)
+                sent += 64 * 1024
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert sent < 64 * 1024 * 1024, "the broker read 64 MiB of one header"
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert json.loads(body)["error"]["code"] == "HEADERS_TOO_LARGE"
+
+
+def test_a_large_body_is_not_counted_as_head(edge_broker: BrokerProcess) -> None:
+    """The bound counts the head only: a body sent in the same packets is not mistaken for it."""
+    httpx.post(f"{edge_broker.url}/v1/topics", json={"name": "big-bodies", "queues": 1}, timeout=10)
+    body = {"body": "y" * 200_000}
+    response = httpx.post(f"{edge_broker.url}/v1/topics/big-bodies/messages", json=body, timeout=10)
+    assert response.status_code == 201, response.text
 
 
 def test_a_thousand_headers_are_431(edge_broker: BrokerProcess) -> None:
@@ -557,8 +598,27 @@ def test_a_broker_serves_https_with_its_certificate(
         assert httpx.get(f"https://127.0.0.1:{port}/readyz", verify=trust).status_code == 200
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)  # no plain HTTP
+        _a_producer_trusts_the_broker_only_with_verify(f"https://127.0.0.1:{port}", cert)
     finally:
         broker.stop()
+
+
+def _a_producer_trusts_the_broker_only_with_verify(url: str, cert: Path) -> None:
+    """The framework's ``verify=``: the broker's CA bundle lets a producer in; the system's CAs
+    (the default) refuse a certificate they did not issue."""
+    trust = ssl.create_default_context(cafile=str(cert))
+    httpx.post(f"{url}/v1/topics", json={"name": "tls", "queues": 1}, verify=trust)
+    trusting = TransactionProducer("tls-bank", [url], check=CheckMode.pull(), verify=str(cert))
+    trusting.execute_local_transaction("tls")(lambda message, arg: State.COMMIT_MESSAGE)
+    with trusting:
+        sent = trusting.send_message_in_transaction(Message("tls", body="over TLS"))
+    assert sent.resolution == "COMMITTED"
+    doubting = TransactionProducer(
+        "tls-bank", [url], check=CheckMode.pull(), retry=Retry(attempts=1)
+    )
+    doubting.execute_local_transaction("tls")(lambda message, arg: State.COMMIT_MESSAGE)
+    with pytest.raises(HalfMQError, match=r"(?i)certificate"), doubting:
+        doubting.send_message_in_transaction(Message("tls", body="refused"))
 
 
 @pytest.mark.parametrize(

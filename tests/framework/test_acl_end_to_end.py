@@ -1,12 +1,6 @@
 """The framework and the CLI against the real broker with the ACL on: signed producers and consumers
 run a transfer, refusals arrive as the framework's exceptions, the broker signs its push checks and
 the producers' check servers verify them.
-
-WAITS FOR THE BROKER'S GATE (``broker_service/api/gate.py`` installed by ``create_app``): until
-then the refusal tests fail (the broker answers unsigned requests).  This module is not collected
-by default (its name does not start with ``test_``); run it by path,
-``pytest tests/framework/acl_end_to_end.py``, and enable it by renaming it to
-``test_acl_end_to_end.py``.
 """
 
 from __future__ import annotations
