@@ -108,10 +108,10 @@ async def send_half(ask: Ask) -> list[Need]:
 
 
 async def end_transaction(ask: Ask) -> list[Need]:
-    """Commit or rollback: PUB on the producer group the body names (the broker refuses to end a
-    transaction of another group: 409 ``PRODUCER_GROUP_MISMATCH``) and PUB on the half's topic,
-    checked as the route reads the transaction.  Without a ``producer_group`` in the body it is an
-    operator's decision (admin)."""
+    """Commit or rollback: PUB on the producer group the body names, here; PUB on the
+    transaction's own group and topic as the route reads it (:class:`TransactionGuard`), before
+    the broker compares the groups (409 ``PRODUCER_GROUP_MISMATCH``).  Without a
+    ``producer_group`` in the body it is an operator's decision (admin)."""
     if not ask.has_field("producer_group"):
         return [Need.admin()]
     ask.transaction_topic = PUB
@@ -128,7 +128,9 @@ async def read_transaction(ask: Ask) -> list[Need]:
 
 @dataclass(frozen=True, slots=True)
 class TransactionGuard:
-    """The need on a transaction's topic, checked by the unit that resolves it, once read."""
+    """The needs on the transaction a commit or rollback ends -- on its own producer group and its
+    topic -- checked by the resolving unit once it has read the transaction, before anything
+    else: an account without them learns neither the group nor the state."""
 
     config: AclConfig
     access_key: str
@@ -136,9 +138,9 @@ class TransactionGuard:
     perm: Perm
 
     def __call__(self, record: TransactionRecord) -> None:
+        needs = [Need.group(record.producer_group, self.perm), Need.topic(record.topic, self.perm)]
         try:
-            authorize(self.config, self.access_key, self.address,
-                      [Need.topic(record.topic, self.perm)])  # fmt: skip
+            authorize(self.config, self.access_key, self.address, needs)
         except AclError as error:
             raise Forbidden(error.message, code=str(error.code), **error.detail) from None
 

@@ -172,6 +172,8 @@ class Transactions:
             if found is None:
                 raise _unknown(transaction_id)
             record, half = found
+            if may_end is not None:  # before the group is compared: a refusal names nothing
+                may_end(record)
             if producer_group is not None and producer_group != record.producer_group:
                 raise Conflict(
                     f"transaction {transaction_id} belongs to producer group "
@@ -179,8 +181,6 @@ class Transactions:
                     code="PRODUCER_GROUP_MISMATCH",
                     transaction_id=transaction_id,
                 )
-            if may_end is not None:
-                may_end(record)
             if record.state in FINAL_STATES:
                 return self._answer_repeat(tx, record, decision)
             if decision is Decision.COMMIT and tx.get_topic(record.topic) is None:

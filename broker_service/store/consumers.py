@@ -13,6 +13,7 @@ acked out of order behind it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -736,11 +737,20 @@ class ConcurrentUnits:
     (``engine.make_claims_engine``), so that neither needs a ``SET LOCAL`` of its own.
     """
 
-    def __init__(self, leases: Engine, durable: Engine, *, ready: Callable[[], bool]) -> None:
-        """``durable``: the pool of acks and nacks (the leases' own under ``flush: async``)."""
+    def __init__(
+        self,
+        leases: Engine,
+        durable: Engine,
+        *,
+        ready: Callable[[], bool],
+        inflight: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
+        """``durable``: the pool of acks and nacks (the leases' own under ``flush: async``);
+        ``inflight``: held while a unit runs (the store's, so that closing waits for it)."""
         self.leases = leases
         self.durable = durable
         self.ready = ready
+        self.inflight = inflight
 
     async def run(self, unit: Callable[[Any], T], *, lease_only: bool = False) -> T:
         if not self.ready():
@@ -754,7 +764,7 @@ class ConcurrentUnits:
         error: Exception | None = None
         for _ in range(_RETRIES):
             try:
-                with engine.begin() as conn:
+                with self.inflight(), engine.begin() as conn:
                     tx = SqlTx(conn)
                     if nonce is not None and not tx.remember_nonces([nonce])[0]:
                         raise nonces.replayed_error(nonce)

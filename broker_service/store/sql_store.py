@@ -7,7 +7,9 @@ threads.  The store refuses to serve (``NotReady``) while its schema is not at t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,6 +27,8 @@ from broker_service.store.writer import GroupCommitWriter
 
 log = logging.getLogger("halfmq.store")
 
+_CLOSE_WAIT_SECONDS = 10.0
+
 T = TypeVar("T")
 
 
@@ -32,6 +36,33 @@ T = TypeVar("T")
 class Readiness:
     ready: bool
     reason: str = ""
+
+
+class InFlight:
+    """Store work running in worker threads, so that closing waits for it before disposing.
+
+    A connection still checked out when its engine is disposed is not closed: it goes back to a
+    pool nothing holds any more and is closed only by the garbage collector, unannounced.  So the
+    store stops taking work, waits for what runs, and only then disposes its engines."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._idle = threading.Condition()
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        with self._idle:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout)
 
 
 class SqlStore:
@@ -48,6 +79,8 @@ class SqlStore:
         )
         self.pool_size = settings.pool_size
         self._claims: dict[bool, Engine] = {}
+        self.inflight = InFlight()
+        self.closed = False
         self.schema_current = False
         self.schema_reason = "starting"
 
@@ -75,7 +108,13 @@ class SqlStore:
         self.writer.start()
 
     def close(self) -> None:
+        """Stop taking work, let the writer and the reads in flight finish, dispose the engines."""
+        self.closed = True
+        self.schema_current = False
+        self.schema_reason = "the broker is shutting down"
         self.writer.stop()
+        if not self.inflight.wait_idle(_CLOSE_WAIT_SECONDS):
+            log.warning("closing the store with reads still running after %ss", _CLOSE_WAIT_SECONDS)
         self.writer_engine.dispose()
         self.readers.dispose()
         for engine in self._claims.values():
@@ -114,7 +153,7 @@ class SqlStore:
 
     def _read(self, unit: Callable[[SqlTx], T]) -> T:
         try:
-            with self.readers.connect() as conn:
+            with self.inflight.hold(), self.readers.connect() as conn:
                 return unit(SqlTx(conn))
         except BrokerError:
             raise
@@ -123,8 +162,10 @@ class SqlStore:
 
     async def ping(self) -> Readiness:
         def probe() -> Readiness:
+            if self.closed:
+                return Readiness(False, self.schema_reason)
             try:
-                with self.readers.connect() as conn:
+                with self.inflight.hold(), self.readers.connect() as conn:
                     conn.execute(text("SELECT 1"))
             except DBAPIError as exc:
                 return Readiness(False, f"store unreachable: {exc.orig}")

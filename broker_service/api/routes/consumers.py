@@ -324,6 +324,7 @@ def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, brok
             store.claims_engine(),
             store.claims_engine(durable=settings.flush is Flush.SYNC),
             ready=lambda: bool(store.schema_current),
+            inflight=store.inflight.hold,
         )
     app.state.consumers = ConsumerService(
         service.store,
