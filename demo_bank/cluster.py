@@ -1,4 +1,6 @@
-"""The broker and the two banks as real processes on loopback, with the demo's short settings."""
+"""The broker and the two banks as real processes on loopback, with the demo's short settings and
+the ACL on: the broker reads this run's ``plain_acl.yml`` (:mod:`demo_bank.acl`), each bank signs
+with its own keys from its environment, and the runner's own requests sign as the operator."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from demo_bank.acl import DemoKeys, bank_env, new_keys, signed_client, write_acl
 from demo_bank.plan import FLAKY_PERCENT
 from demo_bank.processes import (
     Service,
@@ -19,6 +22,7 @@ from demo_bank.processes import (
 )
 from demo_bank.settings import TOPIC
 from demo_bank.stores import Stores
+from framework.signing import Credentials
 
 # Retry k of a consumer waits delay level 3 + k: 300 ms, 400 ms, ... (RocketMQ's: 10 s, 30 s, ...)
 DELAY_LEVELS = " ".join([*(f"{100 * n}ms" for n in range(1, 10)), *(["1s"] * 9)])
@@ -37,6 +41,11 @@ class Cluster:
     broker: Service
     bob: Service
     smith: Service
+    keys: DemoKeys
+
+    def operator(self, timeout: float = 10) -> httpx.Client:
+        """A client on the broker that signs as the operator (an admin account)."""
+        return signed_client(self.broker.url, self.keys.operator, timeout)
 
     @property
     def services(self) -> tuple[Service, ...]:
@@ -44,7 +53,7 @@ class Cluster:
 
     def start(self) -> None:
         self.broker.start()
-        with httpx.Client(base_url=self.broker.url, timeout=10) as client:
+        with self.operator() as client:
             client.post("/v1/topics", json={"name": TOPIC, "queues": 4}).raise_for_status()
         errors: list[ServiceError] = []
 
@@ -69,12 +78,17 @@ class Cluster:
 
 
 def make_cluster(stores: Stores, folder: Path, seed: int, faults: bool) -> Cluster:
+    """The three services, not started; writes ``folder/plain_acl.yml`` with fresh keys."""
+    keys = new_keys()
+    acl_file = write_acl(folder, keys)
     broker_port = free_port()
     broker_url = f"http://127.0.0.1:{broker_port}"
-    broker = broker_service(stores.broker, broker_port, folder / "broker.log", BROKER_SETTINGS)
+    settings = {**BROKER_SETTINGS, "acl_file": str(acl_file)}
+    broker = broker_service(stores.broker, broker_port, folder / "broker.log", settings)
 
-    def env(database_url: str) -> dict[str, str]:
+    def env(database_url: str, credentials: Credentials) -> dict[str, str]:
         return {
+            **bank_env(credentials),
             "DEMO_BANK_DATABASE_URL": database_url,
             "DEMO_BANK_BROKER": broker_url,
             "DEMO_BANK_FAULTS": "true" if faults else "false",
@@ -82,6 +96,6 @@ def make_cluster(stores: Stores, folder: Path, seed: int, faults: bool) -> Clust
             "DEMO_BANK_SEED": str(seed),
         }
 
-    bob = bank_service("bob", free_port(), folder / "bob.log", env(stores.bob))
-    smith = bank_service("smith", free_port(), folder / "smith.log", env(stores.smith))
-    return Cluster(broker, bob, smith)
+    bob = bank_service("bob", free_port(), folder / "bob.log", env(stores.bob, keys.bob))
+    smith = bank_service("smith", free_port(), folder / "smith.log", env(stores.smith, keys.smith))
+    return Cluster(broker, bob, smith, keys)

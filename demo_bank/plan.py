@@ -13,6 +13,9 @@ account to a Smith account.  With faults on:
 * at 50 % Smith is SIGKILLed mid-batch (committed credits not yet acked come again) and restarted;
 * at 75 % the broker is SIGKILLed and restarted;
 * Smith fails the first delivery of about 3 % of the transfers (``DEMO_BANK_FLAKY_PERCENT``).
+
+With faults on or off, at 40 % of the run the outsider tries to get in where it does not belong
+(:mod:`demo_bank.outsider`): the ACL is not a fault to switch off, so its proof is in every run.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ MAX_AMOUNT = 10_000  # cents; N transfers stay far below the opening balances
 OVERDRAW_AMOUNT = 50 * OPENING_BALANCE
 OVERDRAW_PERCENT, DROP_PERCENT, FLAKY_PERCENT = 3.0, 2.0, 3.0
 KILL_BOB_AT, KILL_SMITH_AT, RESTART_BROKER_AT = 0.25, 0.50, 0.75
+OUTSIDER_AT = 0.40
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +85,9 @@ def make_plan(n: int, seed: int, faults: bool) -> Plan:
                 index, spec.from_account, spec.to_account, spec.amount, DROP_COMMIT, DROP_COMMIT
             )
         specs.append(spec)
-    events = {}
+    events = {"outsider": max(1, int(n * OUTSIDER_AT))}
     if faults:
-        events = {
+        events |= {
             "kill-bob": max(1, int(n * KILL_BOB_AT)),
             "kill-smith": max(2, int(n * KILL_SMITH_AT)),
             "restart-broker": max(3, int(n * RESTART_BROKER_AT)),

@@ -1,5 +1,6 @@
-"""The demo's report: balances, what happened to the transfers, the invariants (PASS / FAIL with
-their numbers), timings, and the reconciliation's summary."""
+"""The demo's report: balances, what happened to the transfers, what the outsider tried and how
+the broker answered, the invariants (PASS / FAIL with their numbers), timings, and the
+reconciliation's summary.  Nothing here prints a secret key: the report shows access keys only."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def render(result: DemoResult, console: Console) -> None:
     console.rule("[bold]Bob-to-Smith: the report")
     _balances(result, console)
     _transfers(result, console)
+    _outsider(result, console)
     _invariants(result, console)
     _reconcile(result, console)
     timings = " · ".join(f"{name} {seconds:.1f}s" for name, seconds in result.timings.items())
@@ -85,6 +87,40 @@ def _transfers(result: DemoResult, console: Console) -> None:
     console.print(table)
     for event in result.events:
         console.print(f"  · {event}")
+
+
+def _outsider(result: DemoResult, console: Console) -> None:
+    """Each attempt with the answer it got and the one docs/acl.md says it must get."""
+    report = result.outsider
+    if report is None:
+        console.print("the outsider: did not run")
+        return
+    if report.target is None:
+        console.print(f"the outsider: {report.note}")
+        return
+    target = report.target
+    table = Table(
+        title="The outsider",
+        caption=f"{{tx}} = Bob's transaction {target.transaction_id} "
+        f"(transfer {target.transfer_id}, {target.state} when attacked)",
+    )
+    table.add_column("")
+    table.add_column("attempt")
+    table.add_column("request")
+    table.add_column("answer")
+    table.add_column("expected")
+    for attempt in report.attempts:
+        mark = (
+            "[green]refused[/green]"
+            if attempt.as_expected
+            else "[bold red]NOT AS EXPECTED[/bold red]"
+        )
+        answer = f"{attempt.status if attempt.status is not None else '-'} {attempt.code or ''}"
+        what = f"{attempt.what} ({attempt.note})" if attempt.note else attempt.what
+        expected = f"{attempt.expected_status} {attempt.expected_code}"
+        table.add_row(mark, what, attempt.request, answer.strip(), expected)
+    console.print(table)
+    console.print(f"  the outsider: {report.summary()}")
 
 
 def _invariants(result: DemoResult, console: Console) -> None:

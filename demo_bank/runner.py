@@ -1,5 +1,8 @@
 """``halfmq demo``: the broker and both banks as real processes, concurrent transfers with faults,
-the wait until everything settles, and the proof read back from the banks' databases.
+the wait until everything settles, and the proof read back from the banks' databases.  The broker
+runs with the ACL on (:mod:`demo_bank.acl`): the banks sign with their own keys, the runner's own
+requests to the broker as the operator, and at 40 % of the run the outsider tries to get in where
+it does not belong (:mod:`demo_bank.outsider`).
 
 :func:`run` does the work and returns a :class:`DemoResult`; :mod:`demo_bank.report` prints it.
 Every process it starts is stopped by PID when it returns -- also on Ctrl-C and SIGTERM."""
@@ -26,6 +29,7 @@ from broker_service.store import migrate
 from broker_service.store import schema as broker_schema
 from demo_bank.cluster import Cluster, make_cluster
 from demo_bank.db import make_engine
+from demo_bank.outsider import OutsiderReport, outsider_invariant, run_outsider
 from demo_bank.plan import BOB_ACCOUNTS, OPENING_BALANCE, SMITH_ACCOUNTS, Plan, make_plan
 from demo_bank.proof import (
     BankView,
@@ -72,6 +76,7 @@ class DemoResult:
     broker: BrokerView | None = None
     invariants: list[Invariant] = field(default_factory=list)
     reconcile: ReconcileOutcome | None = None
+    outsider: OutsiderReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -114,9 +119,9 @@ def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
     plan = make_plan(config.transfers, config.seed, config.faults)
     result = DemoResult(config, plan, stores)
 
-    def say(text: str) -> None:
+    def say(text: str, label: str = "fault") -> None:
         result.events.append(text)
-        console.print(f"[yellow]fault[/yellow] {text}")
+        console.print(f"[yellow]{label}[/yellow] {text}")
 
     for log in ("broker.log", "bob.log", "smith.log", "reconcile.log"):
         (config.run_dir / log).unlink(missing_ok=True)
@@ -144,6 +149,7 @@ def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
     result.smith = read_bank(stores.smith, CREDIT)
     result.broker = read_broker(stores.broker)
     result.invariants = prove(result.bob, result.smith, result.broker, plan.opening_total)
+    result.invariants.append(outsider_invariant(result.outsider, result.bob, result.broker))
     if config.reconcile:
         console.print("running the reconciliation job (Spark) on this run's data ...")
         result.reconcile = run_reconcile(
@@ -199,7 +205,10 @@ def _send(
             progress.update(task, rate=f"{done / elapsed:,.0f}/s")
             while pending_events and done >= pending_events[0][1]:
                 name, _ = pending_events.pop(0)
-                _fire(name, cluster, traffic, config.seed, say)
+                if name == "outsider":
+                    result.outsider = _outsider(cluster, result.stores.broker, say)
+                else:
+                    _fire(name, cluster, traffic, config.seed, say)
 
         traffic.send_all(on_progress)  # interrupted: its client is left to the process's exit
         traffic.close()
@@ -230,6 +239,20 @@ def _fire(name: str, cluster: Cluster, traffic: Traffic, seed: int, say: Any) ->
         )
 
 
+def _outsider(cluster: Cluster, broker_db: str, say: Any) -> OutsiderReport:
+    """The outsider's attempts, while the transfers go on in the traffic's threads."""
+    report = run_outsider(cluster.broker.url, broker_db, cluster.keys)
+    if report.target is None:
+        say(f"outsider: {report.note}", "acl")
+    else:
+        say(
+            f"outsider: {report.summary()} against Bob's transaction "
+            f"{report.target.transaction_id} ({report.target.state} then)",
+            "acl",
+        )
+    return report
+
+
 # -- settling ----------------------------------------------------------------------------------
 
 
@@ -237,16 +260,18 @@ def _settle(
     cluster: Cluster, stores: Stores, config: DemoConfig, console: Console, say: Any
 ) -> tuple[bool, list[str]]:
     """Wait (bounded) until nothing is pending; the operator resends dead letters once the
-    account they need is open.  ``(settled, what is still pending)``."""
+    account they need is open.  ``(settled, what is still pending)``.  Requests to the broker
+    sign as the operator; those to the banks go on a client of their own, which signs nothing."""
     deadline = time.monotonic() + config.settle_timeout
     pending: list[str] = []
     with (
-        httpx.Client(timeout=10) as client,
+        cluster.operator() as broker,
+        httpx.Client(timeout=10) as banks,
         console.status("waiting for check-backs, retries and credits to settle ...") as status,
     ):
         while True:
-            _operator_fixes(client, cluster, say)
-            pending = _pending(client, cluster, stores)
+            _operator_fixes(broker, banks, cluster, say)
+            pending = _pending(broker, stores)
             if not pending:
                 return True, []
             if time.monotonic() > deadline:
@@ -255,30 +280,33 @@ def _settle(
             time.sleep(0.5)
 
 
-def _operator_fixes(client: httpx.Client, cluster: Cluster, say: Any) -> None:
+def _operator_fixes(broker: httpx.Client, banks: httpx.Client, cluster: Cluster, say: Any) -> None:
     """A dead letter whose receiver has no account: open the account, resend the message."""
-    base = f"{cluster.broker.url}/v1/consumer-groups/{SMITH_GROUP}/dlq"
+    base = f"/v1/consumer-groups/{SMITH_GROUP}/dlq"
     try:
-        dead = client.get(base).json()["messages"]
+        dead = broker.get(base).json()["messages"]
     except (httpx.HTTPError, ValueError, KeyError):
-        return
+        return  # the broker is down, or refused: _pending says so
     for message in dead:
         if message.get("resent_at"):
             continue
         transfer = orjson.loads(message["body"])
-        account = client.get(f"{cluster.smith.url}/accounts/{transfer['to']}")
+        account = banks.get(f"{cluster.smith.url}/accounts/{transfer['to']}")
         if account.status_code == 404:
-            client.post(
+            banks.post(
                 f"{cluster.smith.url}/accounts", json={"account_id": transfer["to"], "balance": 0}
             )
-        client.post(f"{base}/{message['msg_id']}/resend")
-        say(
-            f"operator: transfer {transfer['transfer_id']} was dead-lettered (no account "
-            f"{transfer['to']} at Smith's bank); opened the account and resent it from the DLQ"
-        )
+        resent = broker.post(f"{base}/{message['msg_id']}/resend")
+        if resent.is_success:
+            say(
+                f"operator: transfer {transfer['transfer_id']} was dead-lettered (no account "
+                f"{transfer['to']} at Smith's bank); opened the account and resent it from the DLQ"
+            )
+        else:
+            say(f"operator: resending {message['msg_id']} was answered {resent.status_code}")
 
 
-def _pending(client: httpx.Client, cluster: Cluster, stores: Stores) -> list[str]:
+def _pending(broker: httpx.Client, stores: Stores) -> list[str]:
     pending = []
     t = broker_schema.transactions
     engine = make_engine(stores.broker)
@@ -299,10 +327,16 @@ def _pending(client: httpx.Client, cluster: Cluster, stores: Stores) -> list[str
     if uncredited:
         pending.append(f"{uncredited} debits not yet credited")
     try:
-        view = client.get(f"{cluster.broker.url}/v1/consumer-groups/{SMITH_GROUP}").json()
-        for name in ("lag", "in_flight", "retrying"):
-            if view.get(name):
-                pending.append(f"Smith's {name.replace('_', ' ')} {view[name]}")
+        response = broker.get(f"/v1/consumer-groups/{SMITH_GROUP}")
+        view = response.json()
     except (httpx.HTTPError, ValueError):
         pending.append("the broker does not answer")
+        return pending
+    if response.status_code != 200:  # a refusal must not read as "no lag"
+        pending.append(f"the broker answered the operator's view of {SMITH_GROUP} with "
+                       f"{response.status_code}")  # fmt: skip
+        return pending
+    for name in ("lag", "in_flight", "retrying"):
+        if view.get(name):
+            pending.append(f"Smith's {name.replace('_', ' ')} {view[name]}")
     return pending

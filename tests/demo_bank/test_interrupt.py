@@ -1,5 +1,6 @@
 """``halfmq demo`` interrupted mid-run (Ctrl-C, SIGTERM): it exits 130 / 143 and every process it
-started -- the broker and both banks, named by PID in its first line -- is gone."""
+started -- the broker and both banks, named by PID in its first line -- is gone; and what it
+printed holds no secret key of the run's ACL file."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +60,9 @@ def test_interrupted_demo_stops_every_process_it_started(
         demo.send_signal(signum)
         assert demo.wait(60) == code, "".join(lines)
         assert [pid for pid in pids if _alive(pid)] == []
+        accounts = yaml.safe_load((tmp_path / "plain_acl.yml").read_text())["accounts"]
+        printed = "".join(lines)
+        assert not [a["accessKey"] for a in accounts if str(a["secretKey"]) in printed]
     finally:
         if demo.poll() is None:
             demo.kill()

@@ -15,7 +15,8 @@ def test_faults_on_plans_every_kind_and_the_process_faults() -> None:
     assert plan.count("poison") == 1
     assert 30 < plan.count("overdraw") < 150
     assert 20 < plan.count("drop-commit") < 110
-    assert set(plan.events) == {"kill-bob", "kill-smith", "restart-broker"}
+    assert set(plan.events) == {"kill-bob", "kill-smith", "restart-broker", "outsider"}
+    assert plan.events["outsider"] == 1200  # at 40 %
     assert all(t.amount > OPENING_BALANCE for t in plan.transfers if t.kind == "overdraw")
     assert [t.to_account for t in plan.transfers if t.kind == "poison"] == [UNOPENED]
 
@@ -24,7 +25,7 @@ def test_no_faults_plans_plain_transfers_only() -> None:
     plan = make_plan(3000, 7, faults=False)
     assert {t.kind for t in plan.transfers} == {"normal"}
     assert all(t.fault is None and t.amount < OVERDRAW_AMOUNT for t in plan.transfers)
-    assert plan.events == {}
+    assert plan.events == {"outsider": 1200}  # the ACL is not a fault: the outsider comes anyway
     # the normal transfers can never overdraw an account
     for account in BOB_ACCOUNTS:
         spent = sum(t.amount for t in plan.transfers if t.from_account == account)

@@ -1,11 +1,14 @@
 """``halfmq demo``'s runner at small N with every fault on, on both stores: the broker and both
 banks as real processes, SIGKILLs, dropped commits, overdraws, a flaky and a poison credit, a
-broker restart.  The invariants are asserted from the two banks' databases (and the broker's store
-for what it rolled back), never from the runner's own counters."""
+broker restart -- and the ACL on, with the outsider's attempts in the middle of it.  The invariants
+are asserted from the two banks' databases (and the broker's store for what it rolled back), never
+from the runner's own counters; the outsider's refusals from the answers the broker gave it."""
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -14,12 +17,14 @@ from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 from rich.console import Console
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.exc import OperationalError
 
 from broker_service.store import schema as broker_schema
 from demo_bank.plan import BOB_ACCOUNTS, OPENING_BALANCE, make_plan
+from demo_bank.report import render
 from demo_bank.runner import DemoConfig, DemoResult, run
 from demo_bank.schema import accounts, transfers
 from demo_bank.stores import drop_postgresql_stores
@@ -29,6 +34,23 @@ pytestmark = pytest.mark.slow
 
 N = 60
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# What the broker must answer each of the outsider's attempts (docs/acl.md, "Refusals"; the group
+# mismatch is the broker's own refusal once the ACL let the request through).
+REFUSALS = {
+    "unsigned": (401, "SIGNATURE_MISSING"),
+    "unknown-key": (401, "ACCESS_KEY_UNKNOWN"),
+    "guessed-secret": (401, "SIGNATURE_INVALID"),
+    "commit-as-bob": (403, "PERMISSION_DENIED"),
+    "commit-own-group": (403, "PERMISSION_DENIED"),
+    "operator-rollback": (403, "PERMISSION_DENIED"),
+    "hijack-heartbeat": (403, "PERMISSION_DENIED"),
+    "pull-checks": (403, "PERMISSION_DENIED"),
+    "metadata-callback": (403, "CALLBACK_NOT_ALLOWED"),
+    "read-half": (403, "PERMISSION_DENIED"),
+    "forge-transfer": (403, "PERMISSION_DENIED"),
+    "steal-credits": (403, "PERMISSION_DENIED"),
+    "replay": (401, "NONCE_REPLAYED"),
+}
 
 
 def seed_with_every_fault() -> int:
@@ -123,12 +145,51 @@ def broker_records(url: str) -> tuple[dict[str, tuple[str, str | None]], Counter
     return states, deliveries, dead
 
 
-def test_demo_with_every_fault_keeps_every_invariant(config: DemoConfig) -> None:
-    console = Console(file=open(os.devnull, "w"), width=120)  # noqa: SIM115
+def outsider_producers(url: str) -> list[tuple[str, str]]:
+    """Producer instances the outsider's heartbeats registered (there must be none)."""
+    p = broker_schema.producers
+    engine = create_engine(url)
     try:
-        result: DemoResult = run(config, console)
+        with engine.connect() as conn:
+            query = select(p.c.producer_group, p.c.client_id).where(p.c.client_id == "outsider-1")
+            return [(group, client) for group, client in conn.execute(query)]
     finally:
-        console.file.close()
+        engine.dispose()
+
+
+def run_secrets(run_dir: Path) -> list[str]:
+    """The secret keys of the run's ACL file, which must be mode 0600."""
+    path = run_dir / "plain_acl.yml"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    accounts = yaml.safe_load(path.read_text())["accounts"]
+    assert [a["accessKey"] for a in accounts] == ["bob-bank", "smith-bank", "operator", "outsider"]
+    secrets = [str(a["secretKey"]) for a in accounts]
+    assert len(set(secrets)) == 4
+    assert all(len(secret) >= 40 for secret in secrets)
+    return secrets
+
+
+def assert_no_secret_leaked(run_dir: Path, console_output: str) -> None:
+    """No secret key in the console nor in any file of the run but the ACL file -- and the
+    broker's SQLite store, which holds the published ACL by design (docs/acl.md, "Hot reload")."""
+    secrets = run_secrets(run_dir)
+    for secret in secrets:
+        assert secret not in console_output
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert {"broker.log", "bob.log", "smith.log"} <= {p.name for p in files}
+    for path in files:
+        if path.name == "plain_acl.yml" or path.name.startswith("broker.db"):
+            continue
+        content = path.read_bytes()
+        for secret in secrets:
+            assert secret.encode() not in content, f"a secret key is in {path.name}"
+
+
+def test_demo_with_every_fault_keeps_every_invariant(config: DemoConfig) -> None:
+    output = io.StringIO()
+    console = Console(file=output, width=120)
+    result: DemoResult = run(config, console)
+    render(result, console)
     assert result.settled, result.pending
 
     bob_balances, bob_rows = ledger(result.stores.bob)
@@ -160,4 +221,22 @@ def test_demo_with_every_fault_keeps_every_invariant(config: DemoConfig) -> None
     assert deliveries["NACKED"] >= 1  # the flaky and the poison credits were retried
     assert dead >= 1  # the poison transfer went to the DLQ (and was resent)
     assert len(debits) >= N * 0.8
+
+    # the outsider got nowhere, and the report says so
+    assert result.outsider is not None
+    assert result.outsider.target is not None
+    answers = {a.key: (a.status, a.code) for a in result.outsider.attempts}
+    assert answers == REFUSALS
+    replay = next(a for a in result.outsider.attempts if a.key == "replay")
+    assert replay.note == "Bob's own request: 200"  # the original went through; its copy did not
+    assert outsider_producers(result.stores.broker) == []
+    # the attacked transaction ended as Bob decided
+    attacked = result.outsider.target.transfer_id
+    assert states[attacked][0] == ("COMMITTED" if attacked in debits else "ROLLED_BACK")
+    text = output.getvalue()
+    assert "The outsider" in text
+    assert f"the outsider: {len(REFUSALS)} attempts, {len(REFUSALS)} refused" in text
+    passed = {i.name for i in result.invariants if i.ok}
+    assert "every outsider attempt was refused" in passed
+    assert_no_secret_leaked(config.run_dir, text)
     assert result.exit_code == 0
