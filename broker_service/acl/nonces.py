@@ -21,19 +21,19 @@ from dataclasses import dataclass
 
 from broker_service.domain.errors import Unauthenticated
 
-NonceKey = tuple[str, str, int]  # (access_key, nonce, expires_at ms)
+NonceKey = tuple[str, str, int]  # (access_key, nonce, signed_at: the signed timestamp, ms)
 
 
 @dataclass(slots=True)
 class RequestNonce:
     access_key: str
     nonce: str
-    expires_at: int
+    signed_at: int
     taken: bool = False
 
     @property
     def key(self) -> NonceKey:
-        return (self.access_key, self.nonce, self.expires_at)
+        return (self.access_key, self.nonce, self.signed_at)
 
 
 _current: ContextVar[RequestNonce | None] = ContextVar("halfmq_request_nonce", default=None)

@@ -156,7 +156,8 @@ class AclRuntime:
         if now < self._next_purge:
             return
         self._next_purge = now + _PURGE_EVERY_MS
-        await self.store.write(lambda tx: tx.purge_nonces(now))
+        before = now - self.window_ms  # a request signed earlier is refused as too old
+        await self.store.write(lambda tx: tx.purge_nonces(before))
 
 
 def _digest(text: str) -> str:

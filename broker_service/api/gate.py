@@ -25,9 +25,7 @@ import math
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl
 
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker_service.acl import nonces
@@ -131,7 +129,7 @@ class AclGate:
         assert acl is not None
         raw_path = scope.get("raw_path") or scope["path"].encode()
         signed = verify(
-            Headers(scope=scope),
+            _signature_headers(scope),
             scope["method"],
             raw_path.decode("latin-1"),
             scope.get("query_string", b"").decode("latin-1"),
@@ -140,9 +138,7 @@ class AclGate:
             acl.config.secret_for,
             window_ms=acl.window_ms,
         )
-        nonce = nonces.RequestNonce(
-            signed.access_key, signed.nonce, signed.timestamp_ms + acl.window_ms
-        )
+        nonce = nonces.RequestNonce(signed.access_key, signed.nonce, signed.timestamp_ms)
         return signed.access_key, nonce
 
     async def _authorize(
@@ -150,14 +146,23 @@ class AclGate:
     ) -> None:
         acl = self.acl
         assert acl is not None
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        ask = Ask(params, query, body, scope["app"].state.service)
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        ask = Ask(params, raw_query, body, scope["app"].state.service)
         client = scope.get("client")
         address = client[0] if client else ""
         authorize(acl.config, access_key, address, await rule(ask))
         if ask.transaction_topic is not None:
             guard = TransactionGuard(acl.config, access_key, address, ask.transaction_topic)
             scope.setdefault("state", {})["transaction_guard"] = guard
+
+
+def _signature_headers(scope: Scope) -> dict[str, str]:
+    """The request's ``X-HalfMQ-*`` headers (ASGI gives names in lower case), and no others."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name.startswith(b"x-halfmq-")
+    }
 
 
 async def _no_body() -> Message:

@@ -15,9 +15,11 @@ as it would without the ACL.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 from starlette.routing import compile_path
@@ -37,11 +39,19 @@ class Ask:
     """The request as far as the table needs it."""
 
     path_params: Mapping[str, str]
-    query: Mapping[str, str]
+    raw_query: str
     body: bytes
     service: BrokerService
     parsed: dict[str, Any] | None = None
     transaction_topic: Perm | None = None  # checked by the route's unit: TransactionGuard
+
+    def query_value(self, name: str) -> str | None:
+        """A query parameter (its last value), read only by the rules that need one."""
+        value = None
+        for key, found in parse_qsl(self.raw_query):
+            if key == name:
+                value = found
+        return value
 
     def _fields(self) -> dict[str, Any]:
         """The body as a JSON object, parsed once ({} when it is not one: the route will say)."""
@@ -152,12 +162,12 @@ def transaction_guard(state: Any) -> TransactionGuard | None:
 
 
 async def list_transactions(ask: Ask) -> list[Need]:
-    group = ask.query.get("producer_group")
+    group = ask.query_value("producer_group")
     return [Need.group(group, PUB)] if group else [Need.admin()]
 
 
 async def find_messages(ask: Ask) -> list[Need]:
-    topic = ask.query.get("topic")
+    topic = ask.query_value("topic")
     return [Need.topic(topic, SUB)] if topic else [Need.admin()]
 
 
@@ -222,7 +232,12 @@ RULES: dict[tuple[str, str], Rule] = {
 OPS_ROUTES = frozenset({"/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
-_COMPILED = [(method, path, compile_path(path)[0], rule) for (method, path), rule in RULES.items()]
+# Paths without parameters by a dict lookup; the others by their patterns, per method.
+_STATIC = {(method, path): rule for (method, path), rule in RULES.items() if "{" not in path}
+_PATTERNS: dict[str, list[tuple[re.Pattern[str], Rule]]] = {}
+for (_method, _path), _rule in RULES.items():
+    if "{" in _path:
+        _PATTERNS.setdefault(_method, []).append((compile_path(_path)[0], _rule))
 
 
 def rule_for(method: str, path: str, *, public_ops: bool) -> tuple[Rule, dict[str, str]]:
@@ -231,9 +246,11 @@ def rule_for(method: str, path: str, *, public_ops: bool) -> tuple[Rule, dict[st
     method = "GET" if method == "HEAD" else method
     if public_ops and method == "GET" and path in OPS_ROUTES:
         return public, {}
-    for rule_method, _template, pattern, rule in _COMPILED:
-        if rule_method == method:
-            found = pattern.match(path)
-            if found:
-                return rule, found.groupdict()
+    static = _STATIC.get((method, path))
+    if static is not None:
+        return static, {}
+    for pattern, rule in _PATTERNS.get(method, ()):
+        found = pattern.match(path)
+        if found:
+            return rule, found.groupdict()
     return admin, {}  # no route, or another method's (404, 405)

@@ -322,11 +322,11 @@ export_watermarks = Table(
 acl_nonces = Table(
     "acl_nonces",
     metadata,
+    Column("signed_at", Millis, nullable=False),
     Column("access_key", String(128), nullable=False),
     Column("nonce", String(128), nullable=False),
-    Column("expires_at", Millis, nullable=False),
-    PrimaryKeyConstraint("access_key", "nonce"),
-    Index("ix_acl_nonces_expires_at", "expires_at"),
+    PrimaryKeyConstraint("signed_at", "access_key", "nonce"),
+    sqlite_with_rowid=False,
 )
 
 # Every ACL version a broker published (from its file, or from `halfmq acl`): each broker enforces

@@ -19,14 +19,16 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    # Keyed by the signed timestamp first: inserts land at the right edge of the one B-tree and
+    # the purge cuts its left edge (no index of their own, no row ids on SQLite).
     op.create_table(
         "acl_nonces",
+        sa.Column("signed_at", sa.BigInteger(), nullable=False),
         sa.Column("access_key", sa.String(length=128), nullable=False),
         sa.Column("nonce", sa.String(length=128), nullable=False),
-        sa.Column("expires_at", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("access_key", "nonce"),
+        sa.PrimaryKeyConstraint("signed_at", "access_key", "nonce"),
+        sqlite_with_rowid=False,
     )
-    op.create_index("ix_acl_nonces_expires_at", "acl_nonces", ["expires_at"])
     op.create_table(
         "acl_versions",
         sa.Column(
@@ -48,5 +50,4 @@ def downgrade() -> None:
     with op.batch_alter_table("producers") as batch:
         batch.drop_column("access_key")
     op.drop_table("acl_versions")
-    op.drop_index("ix_acl_nonces_expires_at", table_name="acl_nonces")
     op.drop_table("acl_nonces")

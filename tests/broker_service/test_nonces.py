@@ -29,8 +29,11 @@ async def store(store_url: str) -> AsyncIterator[SqlStore]:
         opened.close()
 
 
-def _nonce(value: str, key: str = "bob-key") -> nonces.RequestNonce:
-    return nonces.RequestNonce(key, value, int(time.time() * 1000) + 300_000)
+SIGNED_AT = int(time.time() * 1000)
+
+
+def _nonce(value: str, key: str = "bob-key", signed_at: int = SIGNED_AT) -> nonces.RequestNonce:
+    return nonces.RequestNonce(key, value, signed_at)
 
 
 async def _signed(
@@ -75,6 +78,26 @@ async def test_only_the_requests_first_write_remembers_it(store: SqlStore) -> No
         lambda tx: tx.conn.exec_driver_sql("SELECT nonce FROM acl_nonces").scalars().all()
     )
     assert list(stored) == ["twice"]
+
+
+async def test_a_request_is_its_key_nonce_and_signed_time_and_is_forgotten_once_too_old(
+    store: SqlStore,
+) -> None:
+    """What makes a replay is the same signed (timestamp, key, nonce): none can be changed without
+    the secret.  The purge forgets requests signed before the window and keeps the rest."""
+    ran: list[str] = []
+    early, late = SIGNED_AT - 400_000, SIGNED_AT
+    assert await _signed(_nonce("p-1", signed_at=early), store.write, ran) == "done"
+    assert await _signed(_nonce("p-1", signed_at=late), store.write, ran) == "done"
+    assert isinstance(
+        await _signed(_nonce("p-1", signed_at=late), store.write, ran), Unauthenticated
+    )
+    purged = await store.write(lambda tx: tx.purge_nonces(SIGNED_AT - 300_000))
+    assert purged == 1
+    left = await store.read(
+        lambda tx: tx.conn.exec_driver_sql("SELECT signed_at FROM acl_nonces").scalars().all()
+    )
+    assert list(left) == [late]
 
 
 async def test_the_claims_pools_remember_it_too(pg_url: str) -> None:
