@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 from broker_service.domain.errors import Unauthenticated
@@ -39,14 +39,23 @@ class RequestNonce:
 _current: ContextVar[RequestNonce | None] = ContextVar("halfmq_request_nonce", default=None)
 
 
+def bind(nonce: RequestNonce) -> Token[RequestNonce | None]:
+    """From now on, until :func:`unbind`, the request's first store write remembers ``nonce``."""
+    return _current.set(nonce)
+
+
+def unbind(token: Token[RequestNonce | None]) -> None:
+    _current.reset(token)
+
+
 @contextmanager
 def bound(nonce: RequestNonce) -> Iterator[RequestNonce]:
-    """While the request runs, its first store write remembers ``nonce``."""
-    token = _current.set(nonce)
+    """:func:`bind` for the length of a ``with`` block."""
+    token = bind(nonce)
     try:
         yield nonce
     finally:
-        _current.reset(token)
+        unbind(token)
 
 
 def take() -> NonceKey | None:

@@ -31,12 +31,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from broker_service.acl import nonces
 from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
+from broker_service.acl.model import AclConfig, Need
 from broker_service.acl.runtime import AclRuntime
 from broker_service.acl.signature import body_sha256, verify
 from broker_service.api.errors import envelope
 from broker_service.api.permissions import Ask, TransactionGuard, public, rule_for
 
 log = logging.getLogger("halfmq.acl")
+
+_ALLOWED_MAX = 4096  # allowed (key, address, needs) remembered per ACL version
 
 
 class RateLimits:
@@ -75,6 +78,8 @@ class AclGate:
         self.acl = acl
         self.public_ops = public_ops
         self.rates = RateLimits(rate_per_second)
+        self._decided_for: AclConfig | None = None
+        self._allowed_asks: set[tuple[Any, ...]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.acl is None:
@@ -100,8 +105,11 @@ class AclGate:
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})["access_key"] = access_key
-        with nonces.bound(nonce):
+        token = nonces.bind(nonce)
+        try:
             await self.app(scope, _replay(body, receive), self._remembering(nonce, scope, send))
+        finally:
+            nonces.unbind(token)
 
     def _remembering(self, nonce: nonces.RequestNonce, scope: Scope, send: Send) -> Send:
         """``send``, which first remembers the nonce of a request that wrote nothing: a replayed
@@ -123,6 +131,19 @@ class AclGate:
                 await send(message)
 
         return send_after_nonce
+
+    def _allowed(self, config: AclConfig, access_key: str, address: str, needs: list[Need]) -> None:
+        """:func:`authorize`, remembering what it allowed while ``config`` is enforced (a
+        producer sends to the same topic from the same address all day long)."""
+        if config is not self._decided_for:
+            self._decided_for, self._allowed_asks = config, set()
+        ask = (access_key, address, *needs)
+        if ask in self._allowed_asks:
+            return
+        authorize(config, access_key, address, needs)
+        if len(self._allowed_asks) >= _ALLOWED_MAX:
+            self._allowed_asks.clear()
+        self._allowed_asks.add(ask)
 
     def _admit(self, scope: Scope, body: bytes) -> tuple[str, nonces.RequestNonce]:
         acl = self.acl
@@ -150,7 +171,7 @@ class AclGate:
         ask = Ask(params, raw_query, body, scope["app"].state.service)
         client = scope.get("client")
         address = client[0] if client else ""
-        authorize(acl.config, access_key, address, await rule(ask))
+        self._allowed(acl.config, access_key, address, await rule(ask))
         if ask.transaction_topic is not None:
             guard = TransactionGuard(acl.config, access_key, address, ask.transaction_topic)
             scope.setdefault("state", {})["transaction_guard"] = guard
