@@ -173,7 +173,8 @@ class AclGate:
         address = client[0] if client else ""
         self._allowed(acl.config, access_key, address, await rule(ask))
         if ask.transaction_topic is not None:
-            guard = TransactionGuard(acl.config, access_key, address, ask.transaction_topic)
+            guard = TransactionGuard(acl.config, access_key, address, ask.transaction_topic,
+                                     ask.json_field("producer_group"))  # fmt: skip
             scope.setdefault("state", {})["transaction_guard"] = guard
 
 

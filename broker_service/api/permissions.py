@@ -124,7 +124,7 @@ async def end_transaction(ask: Ask) -> list[Need]:
     ``producer_group`` in the body it is an operator's decision (admin)."""
     if not ask.has_field("producer_group"):
         return [Need.admin()]
-    ask.transaction_topic = PUB
+    ask.transaction_topic = PUB  # and the transaction's own group, if another: TransactionGuard
     return _named(Need.group, ask.json_field("producer_group"), PUB)
 
 
@@ -146,9 +146,12 @@ class TransactionGuard:
     access_key: str
     address: str
     perm: Perm
+    checked_group: str | None  # the group the body named, which the gate has checked already
 
     def __call__(self, record: TransactionRecord) -> None:
-        needs = [Need.group(record.producer_group, self.perm), Need.topic(record.topic, self.perm)]
+        needs = [Need.topic(record.topic, self.perm)]
+        if record.producer_group != self.checked_group:
+            needs.append(Need.group(record.producer_group, self.perm))
         try:
             authorize(self.config, self.access_key, self.address, needs)
         except AclError as error:
