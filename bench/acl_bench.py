@@ -66,12 +66,12 @@ def store_url(store: str, workdir: Path) -> str:
 
 
 def start(url: str, port: int, acl: Path | None, log: Path) -> subprocess.Popen[bytes]:
-    subprocess.run([sys.executable, "-m", "broker_service", "db", "upgrade", "--database-url", url],
+    subprocess.run([sys.executable, "-m", "halfmq", "db", "upgrade", "--database-url", url],
                    check=True, capture_output=True)  # fmt: skip
     extra = ["--acl", str(acl)] if acl else []
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "broker_service", "broker", "serve", "--database-url", url,
+            [sys.executable, "-m", "halfmq", "broker", "serve", "--database-url", url,
              "--port", str(port), "--log-level", "warning", *extra],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -72,7 +72,7 @@ class RssSampler(threading.Thread):
 
 def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     subprocess.run(
-        [sys.executable, "-m", "broker_service", "db", "upgrade", "--database-url", url],
+        [sys.executable, "-m", "halfmq", "db", "upgrade", "--database-url", url],
         check=True,
         capture_output=True,
     )
@@ -81,7 +81,7 @@ def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
             [
                 sys.executable,
                 "-m",
-                "broker_service",
+                "halfmq",
                 "broker",
                 "serve",
                 "--database-url",

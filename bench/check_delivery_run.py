@@ -76,7 +76,7 @@ class Broker:
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "broker_service", "broker", "serve", "--database-url",
+                [sys.executable, "-m", "halfmq", "broker", "serve", "--database-url",
                  self.url, "--port", str(self.port), *BROKER_FLAGS],
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         with create_engine(PG_BASE, isolation_level="AUTOCOMMIT").connect() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
         url = f"{PG_BASE}?options=-csearch_path%3D{schema}"
-        subprocess.run([sys.executable, "-m", "broker_service", "db", "upgrade",
+        subprocess.run([sys.executable, "-m", "halfmq", "db", "upgrade",
                         "--database-url", url], check=True, capture_output=True)  # fmt: skip
     broker = Broker(url, free_port(), workdir / "broker.log")
     broker.start()

@@ -63,7 +63,7 @@ def free_port() -> int:
 
 
 def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
-    python = [sys.executable, "-m", "broker_service"]
+    python = [sys.executable, "-m", "halfmq"]
     subprocess.run(
         [*python, "db", "upgrade", "--database-url", url], check=True, capture_output=True
     )

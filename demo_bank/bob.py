@@ -128,7 +128,7 @@ def build_producer(
 
 
 def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None = None) -> FastAPI:
-    """Bob's bank.  ``transport`` reaches the broker (``framework.testing``'s in tests)."""
+    """Bob's bank.  ``transport`` reaches the broker (``halfmq.testing``'s in tests)."""
     engine = make_engine(settings.database_url)
     sessions = sessionmaker(engine)
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)

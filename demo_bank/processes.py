@@ -140,7 +140,7 @@ def broker_service(
     database_url: str, port: int, log_path: Path, settings: dict[str, str]
 ) -> Service:
     flags = [f"--{name.replace('_', '-')}={value}" for name, value in settings.items()]
-    argv = ["-m", "broker_service", "broker", "serve", "--database-url", database_url]
+    argv = ["-m", "halfmq", "broker", "serve", "--database-url", database_url]
     argv += ["--host", "127.0.0.1", "--port", str(port), *flags]
     return Service("broker", argv, port, log_path, ready_path="/readyz")
 

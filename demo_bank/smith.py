@@ -79,7 +79,7 @@ def build_consumer(
 
 
 def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None = None) -> FastAPI:
-    """Smith's bank.  ``transport`` reaches the broker (``framework.testing``'s in tests)."""
+    """Smith's bank.  ``transport`` reaches the broker (``halfmq.testing``'s in tests)."""
     engine = make_engine(settings.database_url)
     sessions = sessionmaker(engine)
     flaky = FlakyCredits(settings.flaky_percent if settings.faults else 0.0, settings.seed)

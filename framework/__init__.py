@@ -21,7 +21,7 @@ sync and async drivers), :mod:`~framework.producer` / :mod:`~framework.aio_produ
 :mod:`~framework.aio_consumer`, :mod:`~framework.inbox`,
 :mod:`~framework.txlog` and :mod:`~framework.tables` (the SQLAlchemy local-transaction log and
 inbox), :mod:`~framework.signing` (signed requests and checks), :mod:`~framework.fastapi`,
-:mod:`~framework.testing` (an in-process broker).
+:mod:`~halfmq.testing` (an in-process broker).
 """
 
 from framework.aio_consumer import AsyncPushConsumer

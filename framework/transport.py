@@ -2,7 +2,7 @@
 ``httpx.Client`` (threads, ``time.sleep``) and one on ``httpx.AsyncClient`` (``asyncio.sleep``).
 Neither hides the other: the sync face runs no event loop.  With credentials, both sign every
 request (and every retry, afresh) through :class:`~framework.signing.HalfmqAuth`, which sits on
-the client, so a transport given for tests (``framework.testing``) is signed through as well."""
+the client, so a transport given for tests (``halfmq.testing``) is signed through as well."""
 
 from __future__ import annotations
 

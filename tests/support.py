@@ -61,7 +61,7 @@ class InProcessBroker:
 
 
 class BrokerProcess:
-    """``python -m broker_service broker serve`` on a free port; stopped by PID."""
+    """``python -m halfmq broker serve`` on a free port; stopped by PID."""
 
     def __init__(self, database_url: str, port: int, log_path: Path, *extra: str) -> None:
         self.database_url = database_url
@@ -97,7 +97,7 @@ class BrokerProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [
-                    sys.executable, "-m", "broker_service", "broker", "serve",
+                    sys.executable, "-m", "halfmq", "broker", "serve",
                     "--database-url", self.database_url, "--port", str(self.port),
                     "--host", "127.0.0.1", *self.extra,
                 ],

@@ -307,7 +307,7 @@ def test_replay_to_a_second_broker_on_the_same_postgresql_is_refused(
 def test_halfmq_acl_mirrors_mqadmin(acl_broker: BrokerProcess, acl_file: Path) -> None:
     from typer.testing import CliRunner
 
-    from broker_service.cli import app
+    from halfmq.cli import app
 
     env = {"HALFMQ_BROKER": acl_broker.url, "HALFMQ_ACCESS_KEY": "operator-key",
            "HALFMQ_SECRET_KEY": "operator-secret"}  # fmt: skip

@@ -28,7 +28,6 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from broker_service.api.hardening import allowed_hosts, exposure_warning
-from broker_service.cli import app as cli
 from broker_service.domain.config import DomainConfig
 from broker_service.domain.errors import InvalidRequest
 from broker_service.domain.model import MessageDraft
@@ -44,6 +43,7 @@ from framework import (
     Retry,
     TransactionProducer,
 )
+from halfmq.cli import app as cli
 from tests.support import BrokerProcess, InProcessBroker, free_port, wait_until
 
 FAST = (

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from broker_service.cli import app
 from broker_service.settings import BrokerSettings, load_settings, parse_delay_levels
+from halfmq.cli import app
 
 
 def test_flag_beats_file_beats_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The banks' handlers against the real broker code in this process (``framework.testing``):
+"""The banks' handlers against the real broker code in this process (``halfmq.testing``):
 Bob's transfer route (commit, rollback on insufficient funds, a dropped commit resolved by the
 check-back) and Smith's idempotent credit (a duplicate delivery, a poison transfer dead-lettered).
 Real SQLite files, migrated by the banks' own Alembic environment."""
@@ -24,7 +24,7 @@ from demo_bank.schema import accounts, transfers
 from demo_bank.settings import SMITH_GROUP, TOPIC, BankSettings
 from framework import CheckMode, Message, TransactionProducer
 from framework.tables import inbox, local_transaction_log
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 
 LEVELS = " ".join(f"{100 * n}ms" for n in range(1, 19))
 

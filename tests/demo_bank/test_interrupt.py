@@ -33,7 +33,7 @@ def test_interrupted_demo_stops_every_process_it_started(
 ) -> None:
     argv = ["demo", "--transfers", "100000", "--no-reconcile", "--dir", str(tmp_path)]
     demo = subprocess.Popen(
-        [sys.executable, "-m", "broker_service", *argv],
+        [sys.executable, "-m", "halfmq", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "250"},

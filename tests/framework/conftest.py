@@ -1,4 +1,4 @@
-"""Fixtures of the framework's tests: the real broker (in process through ``framework.testing``,
+"""Fixtures of the framework's tests: the real broker (in process through ``halfmq.testing``,
 or as a subprocess), and a user's own database (a SQLite file or a PostgreSQL schema)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from framework import AsyncTransactionProducer, CheckMode, TransactionProducer
 from framework.aio_consumer import AsyncPushConsumer
 from framework.consumer import PushConsumer
 from framework.tables import create_tables
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 from tests.support import BrokerProcess, free_port
 
 # Retry k waits delay level 3 + k: 300 ms, 400 ms, ...

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from broker_service.cli import app as cli_app
 from framework import (
     AsyncPushConsumer,
     AsyncTransactionProducer,
@@ -28,7 +27,8 @@ from framework import (
     TransactionProducer,
 )
 from framework.signing import HalfmqAuth
-from framework.testing import InProcessBroker
+from halfmq.cli import app as cli_app
+from halfmq.testing import InProcessBroker
 from tests.framework.helpers import await_resolved, wait_resolved
 from tests.framework.signed_http import BOB, SMITH, now_ms
 from tests.support import BrokerProcess, free_port, wait_until

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from framework import AsyncTransactionProducer, ConsumeResult, Message
 from framework.aio_consumer import AsyncPushConsumer
 from framework.consumer_base import AckMode, BatchAck
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 from tests.framework.conftest import Bank, effects
 from tests.support import BrokerProcess
 

@@ -19,7 +19,7 @@ from framework import (
     Message,
 )
 from framework.tables import local_transaction_log
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 from tests.framework.conftest import Bank, effects
 from tests.framework.helpers import await_resolved
 

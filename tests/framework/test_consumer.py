@@ -20,7 +20,7 @@ from framework import ConsumeResult, Message, TransactionProducer
 from framework.consumer import PushConsumer
 from framework.consumer_base import AckMode, BatchAck, DedupKey
 from framework.tables import inbox
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 from tests.framework.conftest import Bank, effects
 from tests.support import wait_until
 

@@ -25,7 +25,7 @@ from framework import (
     TransactionProducer,
 )
 from framework.signing import resolve_credentials
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 from tests.framework.signed_http import (
     ANY_ROUTE,
     BOB,

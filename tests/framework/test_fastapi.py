@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI
 
 from framework import AsyncTransactionProducer, LocalTransactionState, Message, TransactionProducer
 from framework.fastapi import check_router, halfmq_lifespan, producer_dependency
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 from tests.framework.conftest import PULL
 
 State = LocalTransactionState

@@ -23,7 +23,7 @@ from framework import (
     TransactionProducer,
 )
 from framework.fastapi import check_router
-from framework.testing import InProcessBroker
+from halfmq.testing import InProcessBroker
 from tests.framework.helpers import wait_resolved
 from tests.support import free_port, wait_until
 

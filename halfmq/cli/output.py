@@ -3,7 +3,7 @@
 A command's answer goes to stdout, as Rich tables and panels or, with ``--json``, as the broker's
 raw JSON; errors go to stderr as one line (``--json``: the error envelope) and exit 1.  Usage errors
 (bad options) are Click's: exit 2.  With ``--access-key`` / ``--secret-key`` (or their environment
-variables) every request is signed (:mod:`broker_service.cli.credentials`).
+variables) every request is signed (:mod:`halfmq.cli.credentials`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from broker_service.cli.client import (
+from framework.signing import Credentials
+from halfmq.cli.client import (
     DEFAULT_BROKER,
     BrokerClient,
     BrokerErrorResponse,
@@ -29,8 +30,7 @@ from broker_service.cli.client import (
     ClientError,
     Json,
 )
-from broker_service.cli.credentials import AccessKeyOption, SecretKeyOption, credentials
-from framework.signing import Credentials
+from halfmq.cli.credentials import AccessKeyOption, SecretKeyOption, credentials
 
 __all__ = [
     "DEFAULT_BROKER",

@@ -10,8 +10,8 @@ import typer
 from rich.console import RenderableType
 from rich.text import Text
 
-from broker_service.cli.client import Json
-from broker_service.cli.output import (
+from halfmq.cli.client import Json
+from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
     BrokerOption,

@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from broker_service.cli import app
+from halfmq.cli import app
 from tests.framework.signed_http import BOB, CaptureServer, refuse, verified
 
 runner = CliRunner()

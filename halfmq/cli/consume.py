@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from broker_service.cli.groups import ConsumerCalls, GroupArgument
-from broker_service.cli.output import (
+from halfmq.cli.groups import ConsumerCalls, GroupArgument
+from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
     BrokerOption,

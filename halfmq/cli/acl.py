@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group, RenderableType
 
-from broker_service.cli.output import (
+from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
     BrokerOption,

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group, RenderableType
 
-from broker_service.cli.client import BrokerClient, Json, _segment
-from broker_service.cli.output import (
+from halfmq.cli.client import BrokerClient, Json, _segment
+from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
     BrokerOption,

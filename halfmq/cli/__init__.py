@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from broker_service.cli import (
+from halfmq.cli import (
     acl,
     broker,
     consume,

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from typer.testing import CliRunner, Result
 
-from broker_service.cli import app
+from halfmq.cli import app
 from tests.support import BrokerProcess, free_port
 
 runner = CliRunner()

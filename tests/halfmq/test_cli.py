@@ -1,7 +1,7 @@
 """The client commands of ``halfmq`` against a real broker process, on both stores.
 
-Each test drives ``broker_service.cli.app`` through Click's runner (stdout and stderr apart) and
-talks real HTTP to ``broker_process``; one test runs ``python -m broker_service`` as users do.
+Each test drives ``halfmq.cli.app`` through Click's runner (stdout and stderr apart) and
+talks real HTTP to ``broker_process``; one test runs ``python -m halfmq`` as users do.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from broker_service.cli import app
+from halfmq.cli import app
 from tests.support import BrokerProcess, free_port
 
 runner = CliRunner()
@@ -348,7 +348,7 @@ def test_usage_errors_exit_2_before_any_request(args: list[str], complaint: str)
 def test_python_dash_m_is_the_same_cli(broker_process: BrokerProcess) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "broker_service", *args, "--broker", broker_process.url],
+            [sys.executable, "-m", "halfmq", *args, "--broker", broker_process.url],
             capture_output=True,
             text=True,
             timeout=60,

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import RenderableType
 
-from broker_service.cli.client import Json
-from broker_service.cli.output import (
+from halfmq.cli.client import Json
+from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
     BrokerOption,

@@ -9,8 +9,8 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from broker_service.cli.client import Json
-from broker_service.cli.output import (
+from halfmq.cli.client import Json
+from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
     BrokerOption,

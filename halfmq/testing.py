@@ -2,7 +2,7 @@
 
 ::
 
-    from framework.testing import InProcessBroker
+    from halfmq.testing import InProcessBroker
 
     def test_transfer():
         with InProcessBroker() as broker:                 # sync face
