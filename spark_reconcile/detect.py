@@ -26,33 +26,15 @@ def detect(
     thresholds: Thresholds,
     keep: Callable[[DataFrame], DataFrame] = lambda df: df,
 ) -> DataFrame:
-    """The union of every check, with the business id mapped from the keys where a check did not
-    set it.  ``keep`` is given the frames several checks read (the view of
+    """The union of every registered kind's anomalies, with the business id mapped from the keys
+    where a kind did not set it.  ``keep`` is given the frames several kinds read (the view of
     the transactions, the dead letters, the books): the job persists them so each is computed
     once."""
     view = keep(A.transaction_view(transactions, messages, scheduled, window))
     dead = keep(A.dead_letters(view, dlq))
-    found = [
-        A.store_anomalies(view, as_of=window.as_of, stuck_after=thresholds.stuck_ms),
-        A.ack_lag(
-            view,
-            subscriptions,
-            acks,
-            dead,
-            as_of=window.as_of,
-            older_than=thresholds.ack_lag_ms,
-        ),
-        A.dead_lettered(dead),
-    ]
-    if ledger is not None:
-        books = keep(A.ledger_view(view, ledger, window, mapping))
-        found += [
-            A.debit_without_credit(books, as_of=window.as_of, older_than=thresholds.credit_lag_ms),
-            A.credit_without_debit(books),
-            A.amount_mismatch(books),
-            A.credit_for_rolled_back(books),
-            A.double_credit(books),
-        ]
-    every = reduce(DataFrame.unionByName, found)
+    books = None if ledger is None else keep(A.ledger_view(view, ledger, window, mapping))
+    limits = A.Limits(window.as_of, thresholds)
+    evidence = A.Evidence(view, dead, subscriptions, acks, books, limits)
+    every = reduce(DataFrame.unionByName, A.find_all(evidence))
     mapped = A.business_id(F.col("keys"), mapping)
     return every.withColumn("business_id", F.coalesce(F.col("business_id"), mapped))

@@ -2,9 +2,10 @@
 
 Transaction ``i`` follows the scenario ``SCENARIOS[i % period]`` (``"ok"`` past the end of the
 list): a healthy transfer is a half, a commit op record, a real message, an ack by the subscribed
-group, Bob's debit and Smith's credit.  The first thirteen scenarios each plant exactly one anomaly
-kind; the others are healthy variations the job must not report (rollbacks, a half still in
-flight, a commit that arrived after midnight).  ``expected`` says what a run must find.
+group, Bob's debit and Smith's credit.  The first scenarios plant one anomaly each, one per
+registered kind, as the kind's ``plant`` says (``spark_reconcile.scenario.Scenario``); the others
+are healthy variations the job must not report (rollbacks, a half still in flight, a commit that
+arrived after midnight).  ``expected`` says what a run must find.
 
 Used by the integration tests (written into real SQLite / PostgreSQL stores) and by the benchmark
 (written as a Parquet export, or bulk-loaded into PostgreSQL).
@@ -15,29 +16,38 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_reconcile import anomalies as A
+from spark_reconcile.anomalies import REGISTRY
+from spark_reconcile.anomalies.topics import DLQ_PREFIX, HALF_TOPIC, OP_TOPIC
 from spark_reconcile.config import DAY_MS, HOUR_MS, day_start_ms
+from spark_reconcile.scenario import Scenario
 
-PLANTED = (
-    A.STUCK,
-    A.DISCARDED,
-    A.COMMIT_WITHOUT_REAL,
-    A.REAL_WITHOUT_COMMIT,
-    A.ROLLBACK_WITH_REAL,
-    A.DUPLICATE_REAL,
-    A.ACK_LAG,
-    A.DEAD_LETTERED,
-    A.DEBIT_WITHOUT_CREDIT,
-    A.CREDIT_WITHOUT_DEBIT,
-    A.AMOUNT_MISMATCH,
-    A.CREDIT_FOR_ROLLED_BACK,
-    A.DOUBLE_CREDIT,
-)
-HEALTHY = ("rolled_back", "rolled_back_by_check", "in_flight", "late_commit")
+HEALTHY_PLANS = {
+    "rolled_back": Scenario(
+        state="ROLLED_BACK", decision="ROLLBACK", reals=0, debit=False, credits=0
+    ),
+    "rolled_back_by_check": Scenario(
+        state="ROLLED_BACK",
+        decision="ROLLBACK",
+        resolved_by="check",
+        check_times=3,
+        reals=0,
+        debit=False,
+        credits=0,
+    ),
+    "in_flight": Scenario(
+        state="PREPARED", decision=None, reals=0, debit=False, credits=0, created_late=True
+    ),
+    "late_commit": Scenario(created_late=True, resolved_late=True),
+}
+PLANS = {**{kind.name: kind.plant for kind in REGISTRY}, **HEALTHY_PLANS, "ok": Scenario()}
+PLANTED = tuple(kind.name for kind in REGISTRY)
+HEALTHY = tuple(HEALTHY_PLANS)
 SCENARIOS = (*PLANTED, *HEALTHY)
 
 TOPIC = "transfer"
@@ -80,52 +90,28 @@ def tx_id(i: int) -> str:
     return f"tx-{i:010d}"
 
 
-def _s(name: str) -> Column:
-    """True where the transaction follows scenario ``name``."""
-    return F.col("scenario") == F.lit(name)
+def _names(test: Callable[[Scenario], bool]) -> list[str]:
+    return [name for name, plan in PLANS.items() if test(plan)]
 
 
-def _any(*names: str) -> Column:
-    return F.col("scenario").isin(*names)
+def _where(test: Callable[[Scenario], bool]) -> Column:
+    """True where the transaction's scenario passes ``test``."""
+    return F.col("scenario").isin(*_names(test))
 
 
-WITH_COMMIT = (
-    "ok",
-    "late_commit",
-    A.COMMIT_WITHOUT_REAL,
-    A.DUPLICATE_REAL,
-    A.ACK_LAG,
-    A.DEAD_LETTERED,
-    A.DEBIT_WITHOUT_CREDIT,
-    A.CREDIT_WITHOUT_DEBIT,
-    A.AMOUNT_MISMATCH,
-    A.DOUBLE_CREDIT,
-)
-WITH_ROLLBACK = (
-    "rolled_back",
-    "rolled_back_by_check",
-    A.ROLLBACK_WITH_REAL,
-    A.CREDIT_FOR_ROLLED_BACK,
-)
-WITH_REAL = (
-    *(s for s in WITH_COMMIT if s != A.COMMIT_WITHOUT_REAL),
-    A.REAL_WITHOUT_COMMIT,
-    A.ROLLBACK_WITH_REAL,
-)
-WITH_DEBIT = (
-    "ok",
-    "late_commit",
-    A.DUPLICATE_REAL,
-    A.ACK_LAG,
-    A.DEBIT_WITHOUT_CREDIT,
-    A.AMOUNT_MISMATCH,
-    A.DOUBLE_CREDIT,
-)
-WITH_CREDIT = (
-    *(s for s in WITH_DEBIT if s != A.DEBIT_WITHOUT_CREDIT),
-    A.CREDIT_WITHOUT_DEBIT,
-    A.CREDIT_FOR_ROLLED_BACK,
-)
+def _choose(value: Callable[[Scenario], Any], otherwise: Any = None) -> Column:
+    """``value`` of the transaction's scenario, or ``otherwise`` (NULL if not given) where that
+    is None: a CASE with one branch per value."""
+    values = dict.fromkeys(value(plan) for plan in PLANS.values())
+    column: Column | None = None
+    for v in values:
+        if v is None or v == otherwise:
+            continue
+        test = F.col("scenario").isin(*(n for n, plan in PLANS.items() if value(plan) == v))
+        column = F.when(test, v) if column is None else column.when(test, v)
+    if column is None:
+        return F.lit(otherwise)
+    return column if otherwise is None else column.otherwise(otherwise)
 
 
 def base(spark: SparkSession, spec: Synthetic) -> DataFrame:
@@ -145,23 +131,20 @@ def base(spark: SparkSession, spec: Synthetic) -> DataFrame:
         .withColumn("qid", (F.col("i") % QUEUES).cast("int"))
         .withColumn("amount", F.lit(100) + F.col("i") % 5000)
     )
-    late = _any("in_flight", "late_commit")
+    late = _where(lambda s: s.created_late)
     created = F.when(late, F.lit(end - 5 * 60_000)).otherwise(F.col("i") * spread + spec.start)
-    resolved = F.when(_s("late_commit"), F.lit(end + 5 * 60_000)).otherwise(F.col("created") + 1000)
+    resolved_late = _where(lambda s: s.resolved_late)
+    resolved = F.when(resolved_late, F.lit(end + 5 * 60_000)).otherwise(F.col("created") + 1000)
     return df.withColumn("created", created).withColumn("resolved", resolved)
 
 
 def transactions(b: DataFrame) -> DataFrame:
-    state = (
-        F.when(_any(*WITH_ROLLBACK), "ROLLED_BACK")
-        .when(_any(A.STUCK, "in_flight", A.REAL_WITHOUT_COMMIT), "PREPARED")
-        .when(_s(A.DISCARDED), "DISCARDED")
-        .otherwise("COMMITTED")
-    )
-    checked = _any(A.STUCK, A.DISCARDED, "rolled_back_by_check")
-    checks = F.when(_s(A.DISCARDED), 15).when(checked, 3).otherwise(0)
-    open_ = _any(A.STUCK, "in_flight", A.REAL_WITHOUT_COMMIT)
-    resolved = _any(*WITH_COMMIT, *WITH_ROLLBACK)
+    state = _choose(lambda s: s.state, otherwise="COMMITTED")
+    checks = _choose(lambda s: s.check_times, otherwise=0)
+    checked = _where(lambda s: s.check_times > 0)
+    open_ = _where(lambda s: s.state == "PREPARED")
+    resolved = _where(lambda s: s.decision is not None)
+    resolved_by = _choose(lambda s: s.resolved_by if s.decision is not None else None)
     null = F.lit(None).cast("long")
     return b.select(
         F.col("tx").alias("transaction_id"),
@@ -178,9 +161,11 @@ def transactions(b: DataFrame) -> DataFrame:
         null.alias("claimed_until"),
         F.when(checked, F.col("created") + 60_000).alias("last_checked_at"),
         F.when(resolved, F.col("resolved")).alias("resolved_at"),
-        F.when(_s("rolled_back_by_check"), "check").when(resolved, "producer").alias("resolved_by"),
+        resolved_by.alias("resolved_by"),
         F.col("qid").alias("real_queue_id"),
-        F.when(_s(A.DISCARDED), F.col("created") + HOUR_MS).alias("discarded_at"),
+        F.when(_where(lambda s: s.state == "DISCARDED"), F.col("created") + HOUR_MS).alias(
+            "discarded_at"
+        ),
     )
 
 
@@ -224,7 +209,7 @@ def _message(
 
 def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
     half_props = {"REAL_TOPIC": TOPIC, "PGROUP": PRODUCER_GROUP, "TRAN_MSG": "true"}
-    decision = F.when(_any(*WITH_ROLLBACK), "ROLLBACK").otherwise("COMMIT")
+    decision = _choose(lambda s: s.decision, otherwise="COMMIT")
     op_props = F.to_json(
         F.create_map(F.lit("DECISION"), decision, F.lit("RESOLVED_BY"), F.lit("producer"))
     )
@@ -232,7 +217,7 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
     half = _message(
         b,
         slot=1,
-        topic=F.lit(A.HALF_TOPIC),
+        topic=F.lit(HALF_TOPIC),
         queue_id=zero,
         offset=F.col("i"),
         stored_at=F.col("created"),
@@ -240,9 +225,9 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
         dedup=True,
     )
     op = _message(
-        b.where(_any(*WITH_COMMIT, *WITH_ROLLBACK)),
+        b.where(_where(lambda s: s.decision is not None)),
         slot=2,
-        topic=F.lit(A.OP_TOPIC),
+        topic=F.lit(OP_TOPIC),
         queue_id=zero,
         offset=F.col("i"),
         stored_at=F.col("resolved"),
@@ -251,7 +236,7 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
     )
     real_props = {"TRAN_MSG": "true", "PGROUP": PRODUCER_GROUP}
     real = _message(
-        b.where(_any(*WITH_REAL)),
+        b.where(_where(lambda s: s.reals > 0)),
         slot=3,
         topic=F.lit(TOPIC),
         queue_id=F.col("qid"),
@@ -261,7 +246,7 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
         origin_slot=1,
     )
     twin = _message(
-        b.where(_s(A.DUPLICATE_REAL)),
+        b.where(_where(lambda s: s.reals > 1)),
         slot=4,
         topic=F.lit(TOPIC),
         queue_id=F.col("qid"),
@@ -271,9 +256,9 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
         origin_slot=1,
     )
     dead = _message(
-        b.where(_s(A.DEAD_LETTERED)),
+        b.where(_where(lambda s: s.dead_letter)),
         slot=4,
-        topic=F.lit(f"{A.DLQ_PREFIX}{GROUP}"),
+        topic=F.lit(f"{DLQ_PREFIX}{GROUP}"),
         queue_id=zero,
         offset=F.col("i"),
         stored_at=F.col("resolved") + 60_000,
@@ -284,11 +269,11 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
 
 
 def deliveries(b: DataFrame) -> DataFrame:
-    """One delivery of each real message to the group: acked, except the lagging (expired) and
-    the dead-lettered (nacked) ones."""
-    state = F.when(_s(A.ACK_LAG), "EXPIRED").when(_s(A.DEAD_LETTERED), "NACKED").otherwise("ACKED")
+    """One delivery of each real message to the group, in its scenario's state (acked, expired
+    or nacked)."""
+    state = _choose(lambda s: s.delivery, otherwise="ACKED")
     at = F.col("resolved") + 100
-    return b.where(_any(*WITH_REAL)).select(
+    return b.where(_where(lambda s: s.reals > 0)).select(
         (F.col("i") + 1).alias("id"),
         F.lit(GROUP).alias("consumer_group"),
         F.lit("smith-1").alias("client_id"),
@@ -323,14 +308,14 @@ def consumer_groups(spark: SparkSession, spec: Synthetic) -> DataFrame:
 def ledger(b: DataFrame, side: str) -> DataFrame:
     """Bob's debits (``side='DEBIT'``) or Smith's credits, in the demo's ``transfers`` shape."""
     if side == "DEBIT":
-        rows = b.where(_any(*WITH_DEBIT)).withColumn("at", F.col("created"))
+        rows = b.where(_where(lambda s: s.debit)).withColumn("at", F.col("created"))
         account = "bob"
     else:
-        rows = b.where(_any(*WITH_CREDIT)).withColumn("at", F.col("resolved") + 150)
+        rows = b.where(_where(lambda s: s.credits > 0)).withColumn("at", F.col("resolved") + 150)
         account = "smith"
-        twice = rows.where(_s(A.DOUBLE_CREDIT)).withColumn("at", F.col("at") + 10_000)
+        twice = rows.where(_where(lambda s: s.credits > 1)).withColumn("at", F.col("at") + 10_000)
         rows = rows.unionByName(twice)
-        bumped = F.col("amount") + F.when(_s(A.AMOUNT_MISMATCH), 1).otherwise(0)
+        bumped = F.col("amount") + _choose(lambda s: s.credit_extra, otherwise=0)
         rows = rows.withColumn("amount", bumped)
     return rows.select(
         F.col("transfer").alias("transfer_id"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import html
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -133,16 +134,15 @@ def _trend(trend: list[tuple[dt.date, dict[str, int]]]) -> str:
         f'{trend[-1][0].isoformat()}</text><text x="4" y="{pad}">{top}</text>'
     )
     shown = [k for k in KINDS if any(c.get(k, 0) for _, c in trend)]
-    for color, kind in zip(PALETTE, shown, strict=False):
+    colored = list(zip(itertools.cycle(PALETTE), shown, strict=False))  # more kinds: colors again
+    for color, kind in colored:
         points = " ".join(point(i, c.get(kind, 0)) for i, (_, c) in enumerate(trend))
         parts.append(
             f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}">'
             f"<title>{kind}</title></polyline>"
         )
     parts.append("</svg>")
-    legend = "".join(
-        f'<span style="color:{c}">&#9632; {k}</span> ' for c, k in zip(PALETTE, shown, strict=False)
-    )
+    legend = "".join(f'<span style="color:{c}">&#9632; {k}</span> ' for c, k in colored)
     return "".join(parts) + f"<p>{legend}</p>"
 
 

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from broker_service.store import schema
 from spark_reconcile import generate, plant
+from spark_reconcile.anomalies import ledgers
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = dt.date(2026, 11, 20)
@@ -190,7 +191,7 @@ def reconcile(
 
 
 def _ledger_kind(kind: str) -> bool:
-    return kind in generate.PLANTED[8:]
+    return kind in {k.name for k in ledgers.KINDS}
 
 
 def main() -> None:

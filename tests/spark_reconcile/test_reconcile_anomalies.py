@@ -11,6 +11,7 @@ import pytest
 if os.environ.get("CI") != "true":
     pytest.importorskip("pyspark")
 
+from pyspark.sql import functions as F
 from reconcile_helpers import (
     ACK_DDL,
     LEDGER_DDL,
@@ -22,7 +23,9 @@ from reconcile_helpers import (
 )
 
 from spark_reconcile import anomalies as A
+from spark_reconcile.anomalies.rows import one_pass, rows_of
 from spark_reconcile.config import HOUR_MS, KeyMapping, Window
+from spark_reconcile.scenario import Scenario
 
 pytestmark = pytest.mark.spark
 
@@ -31,6 +34,7 @@ START = WINDOW.start
 AS_OF = WINDOW.end + 2 * HOUR_MS
 WINDOW = Window(WINDOW.start, WINDOW.end, AS_OF, AS_OF)
 T = START + HOUR_MS  # when the ordinary transactions of these tests start
+LIMITS = A.Limits(AS_OF)
 
 
 class Store:
@@ -398,3 +402,58 @@ def test_double_credit(frame: Any) -> None:
     books = _books(frame, s, ledger)
     assert found(A.double_credit(books)) == {"twice"}
     assert found(A.amount_mismatch(books)) == set()
+
+
+def _registered(name: str) -> A.Kind:
+    return next(kind for kind in A.REGISTRY if kind.name == name)
+
+
+def test_a_kind_declared_once_is_found_alone_or_in_one_pass_with_its_group(frame: Any) -> None:
+    """A new kind is one ``Kind``: here one that reads the dead letters too, found in one pass
+    with ``dead_lettered`` (each row keeping its consumer group) as by each alone."""
+    s = Store()
+    s.committed("early")
+    s.committed("late")
+    s._message("%DLQ%g1", None, T + 9000, msg_id="m-early")
+    s._message("%DLQ%g2", None, AS_OF - 60_000, msg_id="m-late")
+    dead = A.dead_letters(s.view(frame), s.frame(frame))
+
+    def late_check(limits: A.Limits) -> A.Check:
+        found = F.col("dlq_at") > limits.as_of - HOUR_MS
+        return A.Check(found, F.lit("dead-lettered lately"), F.col("dlq_at"))
+
+    late = A.Kind(
+        name="late_dead_letter",
+        severity=A.CRITICAL,
+        description="a dead letter of the last hour",
+        source=_registered(A.DEAD_LETTERED).source,
+        check=late_check,
+        plant=Scenario(),
+    )
+    kinds = [_registered(A.DEAD_LETTERED), late]
+    both = one_pass(dead, kinds, LIMITS)
+    singles = [r for kind in kinds for r in rows_of(dead, kind, LIMITS).collect()]
+    assert both.columns == list(A.ANOMALY_COLUMNS)
+    assert sorted(both.collect()) == sorted(singles)
+    assert {(r["kind"], r["transaction_id"], r["consumer_group"]) for r in singles} == {
+        (A.DEAD_LETTERED, "early", "g1"),
+        (A.DEAD_LETTERED, "late", "g2"),
+        ("late_dead_letter", "late", None),
+    }
+
+
+def test_find_all_skips_the_ledger_kinds_without_books(frame: Any) -> None:
+    s = Store()
+    s.tx("stuck", "PREPARED")
+    s.committed("nodebit")
+    view = s.view(frame)
+    subs, acks = _consumers(frame, [], [])
+    books = _books(frame, s, [credit("nodebit")])
+
+    def kinds_found(books: Any) -> set[tuple[str, str]]:
+        evidence = A.Evidence(view, A.dead_letters(view, s.frame(frame)), subs, acks, books, LIMITS)
+        found = [r for df in A.find_all(evidence) for r in df.collect()]
+        return {(r["kind"], r["transaction_id"]) for r in found}
+
+    assert kinds_found(books) == {(A.STUCK, "stuck"), (A.CREDIT_WITHOUT_DEBIT, "nodebit")}
+    assert kinds_found(None) == {(A.STUCK, "stuck")}
