@@ -21,11 +21,13 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, insert, text
 
-from broker_service.api.metrics import BrokerMetrics
-from broker_service.domain.checkback import CheckBack, CheckPolicy
-from broker_service.domain.config import DomainConfig
-from broker_service.domain.service import BrokerService
-from broker_service.schedulers.checkback import CheckBackScheduler, PullHub
+from broker_service.domain.config import CheckPolicy, DomainConfig
+from broker_service.domain.messages.sending import Sender
+from broker_service.domain.transactions.checkback import CheckBack
+from broker_service.domain.transactions.pulls import PullHub
+from broker_service.domain.transactions.service import TransactionService
+from broker_service.metrics import BrokerMetrics
+from broker_service.schedulers.checkback import CheckBackScheduler
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
 from broker_service.store.schema import messages, queues, topics, transactions
@@ -83,11 +85,11 @@ async def one_round(url: str) -> tuple[float, int]:
     store = SqlStore(settings)
     store.open(create_sqlite=False)
     try:
-        service = BrokerService(store, DomainConfig())
+        sender = Sender(DomainConfig())
         policy = CheckPolicy(interval_ms=3_600_000, broker_id="bench")
+        service = TransactionService(store, sender, CheckBack(policy, sender.clock))
         scheduler = CheckBackScheduler(
             service,
-            CheckBack(policy, service.clock),
             BrokerMetrics(),
             PullHub(),
             interval_seconds=3600,

@@ -8,6 +8,8 @@ the file over the environment.  Nothing here is read at import time: entry point
 from __future__ import annotations
 
 import json
+import os
+import socket
 import tomllib
 from enum import StrEnum
 from pathlib import Path
@@ -17,12 +19,14 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-
-# RocketMQ 5's timerMaxDelaySec: a timer (deliver_at) message is at most 3 days away.
-DEFAULT_MAX_DELAY_SECONDS = 3 * 24 * 3600
-
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+from broker_service.domain.config import (
+    DEFAULT_DELAY_LEVELS,
+    DEFAULT_MAX_DELAY_SECONDS,
+    CheckPolicy,
+    ConsumerConfig,
+    DomainConfig,
+    parse_delay_levels,
+)
 
 
 class Flush(StrEnum):
@@ -30,22 +34,6 @@ class Flush(StrEnum):
 
     SYNC = "sync"
     ASYNC = "async"
-
-
-def parse_delay_levels(spec: str) -> tuple[int, ...]:
-    """Parse RocketMQ's ``messageDelayLevel`` string (``"1s 5s 10s ..."``) into milliseconds."""
-    levels: list[int] = []
-    for item in spec.split():
-        for unit in ("ms", "s", "m", "h", "d"):
-            number = item.removesuffix(unit)
-            if number != item and number.replace(".", "", 1).isdigit():
-                levels.append(int(float(number) * _UNITS_MS[unit]))
-                break
-        else:
-            raise ValueError(f"bad delay level {item!r}: expected a number with ms, s, m, h or d")
-    if not levels:
-        raise ValueError("message_delay_level needs at least one level")
-    return tuple(levels)
 
 
 class BrokerSettings(BaseSettings):
@@ -241,6 +229,43 @@ class BrokerSettings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def broker_name(self) -> str:
+        """``broker_id``, else ``host:pid:port``: who claims, in logs and traces."""
+        return self.broker_id or f"{socket.gethostname()}:{os.getpid()}:{self.port}"
+
+    # -- the domain's plain values --------------------------------------------------------------
+
+    def domain_config(self) -> DomainConfig:
+        return DomainConfig(
+            auto_create_topics=self.auto_create_topics,
+            default_topic_queues=self.default_topic_queues,
+            max_message_bytes=self.max_message_bytes,
+            delay_levels_ms=self.delay_levels_ms,
+            transaction_timeout_ms=int(self.transaction_timeout_seconds * 1000),
+            max_delay_ms=int(self.max_delay_seconds * 1000),
+        )
+
+    def check_policy(self) -> CheckPolicy:
+        return CheckPolicy(
+            check_max=self.transaction_check_max,
+            interval_ms=int(self.transaction_check_interval_seconds * 1000),
+            producer_expiry_ms=int(self.producer_expiry_seconds * 1000),
+            push_timeout_ms=int(self.check_timeout_seconds * 1000),
+            unreachable_ms=int(self.check_unreachable_seconds * 1000),
+            undelivered_alert_ms=int(self.check_undelivered_alert_seconds * 1000),
+            broker_id=self.broker_name,
+        )
+
+    def consumer_config(self) -> ConsumerConfig:
+        return ConsumerConfig(
+            auto_create_groups=self.auto_create_groups,
+            max_reconsume_times=self.max_reconsume_times,
+            delay_levels_ms=self.delay_levels_ms,
+            consumer_expiry_ms=int(self.consumer_expiry_seconds * 1000),
+            broker_id=self.broker_name,
+        )
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@
             producer = AsyncTransactionProducer("bob-bank", brokers=[broker.url],
                                                 transport=broker.async_transport)
 
-The broker is ``broker_service.api.app.create_app`` on a fresh SQLite database with short
+The broker is ``broker_service.app.build_app`` on a fresh SQLite database with short
 check-back times (``transaction_timeout_seconds=1``, ``transaction_check_interval_seconds=0.5``;
 override any setting as a keyword).  The database is a file in a private temporary directory,
 removed on exit: SQLite's shared-cache in-memory databases answer concurrent readers and the
@@ -135,7 +135,7 @@ class InProcessBroker:
         self._async_transport: httpx.ASGITransport | None = None
 
     def _app(self) -> Any:
-        from broker_service.api.app import create_app
+        from broker_service.app import build_app
 
         url = self.settings.database_url
         own_file = self._dir / url.rsplit("/", 1)[-1]
@@ -145,7 +145,7 @@ class InProcessBroker:
             from broker_service.store import migrate
 
             migrate.upgrade(url)
-        return create_app(self.settings)
+        return build_app(self.settings)
 
     # -- async face --------------------------------------------------------------------------------
 

@@ -19,8 +19,10 @@ import httpx
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
-from broker_service.api.app import create_app
+from broker_service.app import build_app
 from broker_service.settings import BrokerSettings
+from broker_service.store import migrate
+from broker_service.store.sql_store import SqlStore
 
 PG_BASE_URL = os.environ.get("HALFMQ_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -48,7 +50,7 @@ class InProcessBroker:
     @asynccontextmanager
     async def start(cls, **settings: Any) -> AsyncIterator[InProcessBroker]:
         config = BrokerSettings(**settings)
-        app = create_app(config)
+        app = build_app(config)
         async with LifespanManager(app) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://broker") as client:
@@ -58,6 +60,18 @@ class InProcessBroker:
         response = await self.client.post("/v1/topics", json={"name": name, "queues": queues})
         assert response.status_code in (200, 201), response.text
         return name
+
+
+@asynccontextmanager
+async def open_store(url: str) -> AsyncIterator[SqlStore]:
+    """The SQL store on ``url``, migrated and open (its writer running); closed afterwards."""
+    migrate.upgrade(url)
+    store = SqlStore(BrokerSettings(database_url=url))
+    store.open()
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 class BrokerProcess:

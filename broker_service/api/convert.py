@@ -8,20 +8,21 @@ from typing import Any
 import orjson
 from fastapi import Response
 
-from broker_service.api.schemas import (
+from broker_service.api.schemas.common import rfc3339
+from broker_service.api.schemas.messages import (
     MessageCopyOut,
     MessageLifeOut,
     MessageOut,
     QueueOut,
     TopicOut,
-    TransactionOut,
-    rfc3339,
 )
-from broker_service.domain.model import PlainBatch, StoredMessage, TransactionRecord
-from broker_service.domain.sending import SendReceipt
-from broker_service.domain.service import MessageLife
-from broker_service.domain.topics import TopicView
-from broker_service.domain.transactions import Resolution
+from broker_service.api.schemas.transactions import TransactionOut
+from broker_service.domain.messages.life import MessageLife
+from broker_service.domain.messages.model import PlainBatch, StoredMessage
+from broker_service.domain.messages.sending import SendReceipt
+from broker_service.domain.messages.topics import TopicView
+from broker_service.domain.transactions.halves import Resolution
+from broker_service.domain.transactions.model import TransactionRecord
 
 
 def body_text(message: StoredMessage) -> str:

@@ -12,11 +12,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from broker_service.api.schemas import ErrorEnvelope
+from broker_service.api.schemas.common import ErrorEnvelope
 from broker_service.domain.errors import (
-    BrokerError,
     Busy,
     Conflict,
+    DomainError,
     Forbidden,
     InvalidName,
     InvalidRequest,
@@ -31,7 +31,7 @@ from broker_service.logs import redact
 log = logging.getLogger("halfmq.api")
 
 # Most specific first.
-_STATUS: list[tuple[type[BrokerError], int]] = [
+_STATUS: list[tuple[type[DomainError], int]] = [
     (InvalidName, 400),
     (SystemTopic, 400),
     (InvalidRequest, 422),
@@ -62,7 +62,7 @@ def envelope(status: int, code: str, message: str, **detail: Any) -> JSONRespons
     )
 
 
-def status_of(error: BrokerError) -> int:
+def status_of(error: DomainError) -> int:
     for cls, status in _STATUS:
         if isinstance(error, cls):
             return status
@@ -91,7 +91,7 @@ def _text(value: str) -> str:
 
 
 async def _broker_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, BrokerError)
+    assert isinstance(exc, DomainError)
     return envelope(status_of(exc), exc.code, exc.message, **exc.detail)
 
 
@@ -142,7 +142,7 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(BrokerError, _broker_error)
+    app.add_exception_handler(DomainError, _broker_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -168,7 +168,7 @@ class AclGate:
         acl = self.acl
         assert acl is not None
         raw_query = scope.get("query_string", b"").decode("latin-1")
-        ask = Ask(params, raw_query, body, scope["app"].state.service)
+        ask = Ask(params, raw_query, body, scope["app"].state.transactions)
         client = scope.get("client")
         address = client[0] if client else ""
         self._allowed(acl.config, access_key, address, await rule(ask))

@@ -1,7 +1,7 @@
 """Path and query parameters the routes share, with what ``/openapi.json`` says of them.
 
 Topic and group names are only described here: the domain checks them, so a bad one is answered
-400 ``INVALID_TOPIC_NAME`` / ``INVALID_PRODUCER_GROUP_NAME`` / ``SYSTEM_TOPIC`` as api.md says.
+400 ``INVALID_TOPIC_NAME`` / ``INVALID_PRODUCER_GROUP_NAME`` / ``SYSTEM_TOPIC`` as docs/api.md says (Conventions; the codes under Errors).
 Ids and search text must be text the stores can look up (valid Unicode, no NUL).
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import Path, Query
 
-from broker_service.api.schemas import NAME_SCHEMA, TEXT_PATTERN, USER_TOPIC_SCHEMA, Storable
+from broker_service.api.schemas.common import NAME_SCHEMA, TEXT_PATTERN, USER_TOPIC_SCHEMA, Storable
 
 TopicName = Annotated[str, Path(json_schema_extra=NAME_SCHEMA)]
 UserTopicName = Annotated[str, Path(json_schema_extra=USER_TOPIC_SCHEMA)]

@@ -27,9 +27,9 @@ from starlette.routing import compile_path
 from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
 from broker_service.acl.model import AclConfig, Need, Perm
-from broker_service.domain.errors import BrokerError, Forbidden
-from broker_service.domain.model import TransactionRecord
-from broker_service.domain.service import BrokerService
+from broker_service.domain.errors import DomainError, Forbidden
+from broker_service.domain.transactions.model import TransactionRecord
+from broker_service.domain.transactions.service import TransactionService
 
 PUB, SUB = Perm.PUB, Perm.SUB
 
@@ -41,7 +41,7 @@ class Ask:
     path_params: Mapping[str, str]
     raw_query: str
     body: bytes
-    service: BrokerService
+    service: TransactionService
     parsed: dict[str, Any] | None = None
     transaction_topic: Perm | None = None  # checked by the route's unit: TransactionGuard
 
@@ -131,7 +131,7 @@ async def end_transaction(ask: Ask) -> list[Need]:
 async def read_transaction(ask: Ask) -> list[Need]:
     try:
         record = await ask.service.get_transaction(ask.path_params["transaction_id"])
-    except BrokerError:
+    except DomainError:
         return []  # unknown (or a bad id): the route answers 404 / 422
     return [Need.group(record.producer_group, PUB)]
 

@@ -1,8 +1,8 @@
-"""The broker's exceptions.
+"""The domain's exceptions (the client library's own root is ``framework.errors.BrokerError``).
 
 ::
 
-    BrokerError                      (code, message, detail)
+    DomainError                      (code, message, detail)
      +-- InvalidRequest              bad names, bad values             -> 400/422
      |    +-- InvalidName
      |    +-- SystemTopic
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 
-class BrokerError(Exception):
+class DomainError(Exception):
     code = "BROKER_ERROR"
 
     def __init__(self, message: str, *, code: str | None = None, **detail: Any) -> None:
@@ -33,7 +33,7 @@ class BrokerError(Exception):
         self.detail: dict[str, Any] = detail
 
 
-class InvalidRequest(BrokerError):
+class InvalidRequest(DomainError):
     code = "INVALID_REQUEST"
 
 
@@ -45,33 +45,33 @@ class SystemTopic(InvalidRequest):
     code = "SYSTEM_TOPIC"
 
 
-class NotFound(BrokerError):
+class NotFound(DomainError):
     code = "NOT_FOUND"
 
 
-class Conflict(BrokerError):
+class Conflict(DomainError):
     code = "CONFLICT"
 
 
-class MessageTooLarge(BrokerError):
+class MessageTooLarge(DomainError):
     code = "MESSAGE_TOO_LARGE"
 
 
-class Busy(BrokerError):
+class Busy(DomainError):
     code = "BUSY"
 
 
-class NotReady(BrokerError):
+class NotReady(DomainError):
     code = "NOT_READY"
 
 
-class Unauthenticated(BrokerError):
+class Unauthenticated(DomainError):
     """The request cannot be taken as its signer's (a nonce already used: a replay)."""
 
     code = "UNAUTHENTICATED"
 
 
-class Forbidden(BrokerError):
+class Forbidden(DomainError):
     """Signed and known, but not allowed (a callback URL on a host the operator does not allow)."""
 
     code = "FORBIDDEN"

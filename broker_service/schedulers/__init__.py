@@ -1,1 +1,2 @@
-"""Background work a broker does on its own: the check-back rounds (and, later, delayed releases)."""
+"""Background work a broker does on its own: check-back rounds and push checks
+(:mod:`.checkback`), and releasing delayed messages when their time comes (:mod:`.delays`)."""

@@ -1,32 +1,31 @@
-"""The check-back scheduler: rounds every ``transaction_check_interval_seconds``, push checks over
-HTTP, and the hub that wakes pull long-polls when checks are assigned.
+"""The check-back scheduler: rounds every ``transaction_check_interval_seconds``, and push checks
+over HTTP.
 
-The decisions are the domain's (:mod:`broker_service.domain.checkback`); this module only drives
-them: it claims a round, POSTs push checks with a bounded time-out, and applies the answers as
-``from_check`` commits and rollbacks.
+The decisions are the domain's (:mod:`broker_service.domain.transactions.checkback`); this module
+only drives them: it claims a round, POSTs push checks with a bounded time-out, applies the answers
+as ``from_check`` commits and rollbacks, and wakes the pull long-polls of the instances it assigned
+checks to (:class:`~broker_service.domain.transactions.pulls.PullHub`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 import orjson
 
 from broker_service.acl.signature import sign
-from broker_service.api.metrics import BrokerMetrics
-from broker_service.domain.checkback import CheckBack, CheckRequest, PushCheck, RoundReport
-from broker_service.domain.errors import BrokerError
-from broker_service.domain.model import Decision, ProducerInstance, ResolvedBy
-from broker_service.domain.service import BrokerService
+from broker_service.domain.errors import DomainError
+from broker_service.domain.transactions.checkback import PushCheck, RoundReport, check_payload
+from broker_service.domain.transactions.model import Decision, ProducerInstance, ResolvedBy
+from broker_service.domain.transactions.pulls import PullHub
+from broker_service.domain.transactions.service import TransactionService
+from broker_service.metrics import BrokerMetrics
 
 log = logging.getLogger("halfmq.checkback")
 
@@ -34,50 +33,10 @@ _ANSWERS = {"COMMIT": Decision.COMMIT, "ROLLBACK": Decision.ROLLBACK}
 _PUSH_CONCURRENCY = 32
 
 
-def check_payload(request: CheckRequest) -> dict[str, Any]:
-    """The check as api.md shapes it (push body, and each item of a pull answer)."""
-    if request.encoding == "base64":
-        body = base64.b64encode(request.body).decode("ascii")
-    else:
-        body = request.body.decode("utf-8", errors="surrogateescape")
-    return {
-        "transaction_id": request.transaction_id,
-        "producer_group": request.producer_group,
-        "msg_id": request.msg_id,
-        "topic": request.topic,
-        "tags": request.tags,
-        "keys": list(request.keys),
-        "body": body,
-        "encoding": request.encoding,
-        "properties": request.properties,
-        "check_times": request.check_times,
-    }
-
-
-class PullHub:
-    """Wakes the long-polls of pull instances on this broker when checks are assigned to them.
-    (Long-polls on other brokers find their checks in the database on their next look.)"""
-
-    def __init__(self) -> None:
-        self._events: dict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
-
-    def event(self, group: str, client_id: str) -> asyncio.Event:
-        return self._events[(group, client_id)]
-
-    def notify(self, group: str, client_id: str) -> None:
-        event = self._events.get((group, client_id))
-        if event is not None:
-            event.set()
-
-    def release(self, group: str, client_id: str) -> None:
-        self._events.pop((group, client_id), None)
-
-
 class CheckBackScheduler:
     def __init__(
         self,
-        service: BrokerService,
-        checkback: CheckBack,
+        service: TransactionService,
         metrics: BrokerMetrics,
         hub: PullHub,
         *,
@@ -87,7 +46,6 @@ class CheckBackScheduler:
         secret_for: Callable[[str], str | None] | None = None,
     ) -> None:
         self.service = service
-        self.checkback = checkback
         self.metrics = metrics
         self.hub = hub
         self.interval = interval_seconds
@@ -124,7 +82,7 @@ class CheckBackScheduler:
         while True:
             try:
                 await self.run_round()
-            except BrokerError as error:
+            except DomainError as error:
                 log.warning("check round failed: %s", error.message)
             except Exception:
                 log.exception("check round failed")
@@ -139,7 +97,7 @@ class CheckBackScheduler:
         # inside the claim's time-out (a slice waits at most one push time-out).
         while total < self.round_max:
             size = min(_PUSH_CONCURRENCY, self.round_max - total)
-            report = await self.service.store.write(self.checkback.claim_round(size))
+            report = await self.service.claim_round(size)
             total += report.claimed
             self._observe(report)
             await self._push_all(report.pushes)
@@ -248,15 +206,14 @@ class CheckBackScheduler:
             request.check_times,
         )
         decision = _ANSWERS.get(state)
-        unit = self.checkback.delivered(request.transaction_id, decided=decision is not None)
-        await self.service.store.write(unit)
+        await self.service.check_received(request.transaction_id, decided=decision is not None)
         if decision is None:
             return
         try:
             await self.service.resolve(
                 request.transaction_id, decision, request.producer_group, ResolvedBy.CHECK
             )
-        except BrokerError as error:
+        except DomainError as error:
             # The producer (or an operator) decided first: the first decision stands.
             log.info("check answer for %s not applied: %s", request.transaction_id, error.message)
 
@@ -270,9 +227,7 @@ class CheckBackScheduler:
             check.instance.client_id,
             error,
         )
-        await self.service.store.write(
-            self.checkback.delivered(check.request.transaction_id, error=error)
-        )
+        await self.service.check_received(check.request.transaction_id, error=error)
 
     async def _undelivered(self, check: PushCheck, exc: httpx.HTTPError) -> PushCheck | None:
         """The check reached nobody (refused, reset, DNS, TLS, a connect time-out): not counted;
@@ -287,10 +242,9 @@ class CheckBackScheduler:
             error,
             "the instance is busy"
             if busy
-            else f"instance set aside for {self.checkback.policy.unreachable_ms / 1000:g} s",
+            else f"instance set aside for {self.service.checkback.policy.unreachable_ms / 1000:g} s",
         )
-        unit = self.checkback.undelivered(check, error, set_aside=not busy)
-        report = await self.service.store.write(unit)
+        report = await self.service.check_undelivered(check, error, set_aside=not busy)
         self._observe(report)
         if report.pushes:
             self.metrics.checks.labels(outcome="redirected").inc()

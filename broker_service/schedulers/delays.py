@@ -6,19 +6,17 @@ import asyncio
 import contextlib
 import logging
 
-from broker_service.domain.delays import DelayReleaser
-from broker_service.domain.errors import BrokerError
-from broker_service.domain.service import BrokerService
+from broker_service.domain.errors import DomainError
+from broker_service.domain.messages.service import MessageService
 
 log = logging.getLogger("halfmq.delays")
 
 
 class DelayScheduler:
     def __init__(
-        self, service: BrokerService, *, poll_seconds: float = 0.25, batch: int = 1000
+        self, service: MessageService, *, poll_seconds: float = 0.25, batch: int = 1000
     ) -> None:
         self.service = service
-        self.releaser = DelayReleaser(service.clock)
         self.poll = poll_seconds
         self.batch = batch
         self._task: asyncio.Task[None] | None = None
@@ -37,14 +35,14 @@ class DelayScheduler:
         while True:
             pause = self.poll
             try:
-                report = await self.service.store.write(self.releaser.release_due(self.batch))
+                report = await self.service.release_due(self.batch)
                 if report.released >= self.batch:
                     continue  # more are due: go on at once
                 if report.next_due is not None:
                     pause = min(
                         self.poll, max(0.0, (report.next_due - self.service.clock()) / 1000)
                     )
-            except BrokerError as error:
+            except DomainError as error:
                 log.warning("releasing delayed messages failed: %s", error.message)
             except Exception:
                 log.exception("releasing delayed messages failed")

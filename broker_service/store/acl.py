@@ -5,7 +5,7 @@ A request is remembered by inserting its ``(signed_at, access_key, nonce)``: the
 refuses a second insert on any broker that shares the database, so a replayed request -- the same
 signed timestamp, key and nonce, since none can be changed without the secret -- is caught wherever
 it lands.  The key leads with the signed timestamp, so inserts land at the right edge of the table's
-one B-tree and the purge (:meth:`AclStore.purge_nonces`, every few seconds) cuts its left edge.
+one B-tree and the purge (:meth:`AclPart.purge_nonces`, every few seconds) cuts its left edge.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import orjson
-from sqlalchemy import Connection, bindparam, delete, insert, select, text
+from sqlalchemy import bindparam, delete, insert, select, text
 
 from broker_service.store.fastpath import Prepared
+from broker_service.store.part import SqlPart
 from broker_service.store.schema import acl_nonces, acl_versions
 
 _latest = select(acl_versions).order_by(acl_versions.c.id.desc()).limit(1)
@@ -41,10 +42,7 @@ _insert_pg = Prepared(
 _purge = delete(acl_nonces).where(acl_nonces.c.signed_at < bindparam("before"))
 
 
-class AclStore:
-    conn: Connection
-    _postgres: bool
-
+class AclPart(SqlPart):
     def remember_nonces(self, nonces: Sequence[tuple[str, str, int]]) -> list[bool]:
         """Remember each ``(access_key, nonce, signed_at)``; True where it was not seen before
         (of two equal ones in ``nonces``, the first)."""

@@ -1,4 +1,5 @@
-"""The check-back part of ``SqlTx``: claiming due halves, assigning checks, pull pickup.
+"""The check-back part of ``SqlTx``: producer heartbeats, claiming due halves, assigning checks,
+pull pickup.
 
 Claims live in the database.  A due half is claimed by moving its ``next_check_at`` past the check's
 time-out in the same transaction that selected it (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so no
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, bindparam, delete, func, select, update
+import orjson
+from sqlalchemy import bindparam, case, delete, func, select, update
 
-from broker_service.domain.model import ProducerInstance, TransactionRecord
+from broker_service.domain.transactions.model import ProducerInstance, TransactionRecord
 from broker_service.store import rows
+from broker_service.store.part import SqlPart
 from broker_service.store.schema import producers, transactions
 
 t = transactions.c
@@ -175,9 +178,44 @@ _producers_of_group = (
 _delete_group = delete(producers).where(producers.c.producer_group == bindparam("group"))
 
 
-class CheckStore:
-    conn: Connection
-    _postgres: bool
+class CheckPart(SqlPart):
+    def heartbeat(
+        self,
+        group: str,
+        client_id: str,
+        callback_url: str | None,
+        topics: Sequence[str],
+        at: int,
+        access_key: str | None = None,
+    ) -> None:
+        values = {
+            "producer_group": group,
+            "client_id": client_id,
+            "callback_url": callback_url,
+            "topics": orjson.dumps(list(topics)).decode(),
+            "last_heartbeat_at": at,
+            "access_key": access_key,
+        }
+        stmt = self._insert()(producers).values(**values)
+        self.conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["producer_group", "client_id"],
+                set_={
+                    "callback_url": stmt.excluded.callback_url,
+                    "topics": stmt.excluded.topics,
+                    "last_heartbeat_at": stmt.excluded.last_heartbeat_at,
+                    "access_key": stmt.excluded.access_key,
+                    # a new callback URL is a new address: try it at once
+                    "unreachable_until": case(
+                        (
+                            producers.c.callback_url.is_distinct_from(stmt.excluded.callback_url),
+                            None,
+                        ),
+                        else_=producers.c.unreachable_until,
+                    ),
+                },
+            )
+        )
 
     def claim_due_transactions(self, now: int, limit: int) -> list[TransactionRecord]:
         query = _due_locked if self._postgres else _due

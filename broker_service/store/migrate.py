@@ -11,12 +11,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine
 
-import broker_service
-
 
 def migrations_dir() -> Path:
     """``migrations/`` beside the packages (a source checkout) or inside the installed wheel."""
-    package = Path(broker_service.__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # broker_service/
     for candidate in (package.parent / "migrations", package / "_migrations"):
         if (candidate / "env.py").exists():
             return candidate

@@ -10,13 +10,18 @@ from typing import Any, cast
 import orjson
 from sqlalchemy import Row
 
-from broker_service.domain.model import (
-    PendingMessage,
-    PlainBatch,
+from broker_service.domain.consumers.model import (
+    ConsumeFrom,
+    ConsumerGroup,
+    Delivery,
+    DeliveryState,
+    MessageModel,
+    QueueProgress,
+)
+from broker_service.domain.messages.model import PendingMessage, PlainBatch, StoredMessage, Topic
+from broker_service.domain.transactions.model import (
     ProducerInstance,
     ResolvedBy,
-    StoredMessage,
-    Topic,
     TransactionRecord,
     TransactionState,
 )
@@ -262,4 +267,45 @@ def producer_instance(row: Row[Any]) -> ProducerInstance:
         last_error=m["last_error"],
         last_error_at=m["last_error_at"],
         access_key=m["access_key"],
+    )
+
+
+def consumer_group(r: Any) -> ConsumerGroup:
+    return ConsumerGroup(
+        name=r["name"],
+        message_model=MessageModel(r["message_model"]),
+        consume_from=ConsumeFrom(r["consume_from"]),
+        consume_timestamp=r["consume_timestamp"],
+        max_reconsume_times=r["max_reconsume_times"],
+        orderly=bool(r["orderly"]),
+        created_at=r["created_at"],
+    )
+
+
+def queue_progress(r: Any) -> QueueProgress:
+    return QueueProgress(
+        consumer_group=r["consumer_group"],
+        topic=r["topic"],
+        queue_id=r["queue_id"],
+        client_id=r["client_id"],
+        committed_offset=r["committed_offset"],
+        pulled_offset=r["pulled_offset"],
+    )
+
+
+def delivery(r: Any) -> Delivery:
+    return Delivery(
+        id=r["id"],
+        consumer_group=r["consumer_group"],
+        client_id=r["client_id"],
+        topic=r["topic"],
+        queue_id=r["queue_id"],
+        queue_offset=r["queue_offset"],
+        msg_id=r["msg_id"],
+        receipt_handle=r["receipt_handle"],
+        state=DeliveryState(r["state"]),
+        reconsume_times=r["reconsume_times"],
+        delivered_at=r["delivered_at"],
+        invisible_until=r["invisible_until"],
+        finished_at=r["finished_at"],
     )

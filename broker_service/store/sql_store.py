@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -18,9 +17,11 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from broker_service.acl import nonces
-from broker_service.domain.errors import BrokerError, NotReady
-from broker_service.settings import BrokerSettings
+from broker_service.domain.errors import DomainError, NotReady
+from broker_service.domain.ports import Readiness, transactions_of
+from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
+from broker_service.store.concurrent import ConcurrentUnits
 from broker_service.store.engine import is_sqlite, make_claims_engine, make_engine, sqlite_path
 from broker_service.store.sqltx import SqlTx
 from broker_service.store.writer import GroupCommitWriter
@@ -30,12 +31,6 @@ log = logging.getLogger("halfmq.store")
 _CLOSE_WAIT_SECONDS = 10.0
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Readiness:
-    ready: bool
-    reason: str = ""
 
 
 class InFlight:
@@ -78,6 +73,7 @@ class SqlStore:
             queue_max=settings.write_queue_max,
         )
         self.pool_size = settings.pool_size
+        self.flush = settings.flush
         self._claims: dict[bool, Engine] = {}
         self.inflight = InFlight()
         self.closed = False
@@ -91,6 +87,18 @@ class SqlStore:
             engine = make_claims_engine(self.url, pool_size=self.pool_size, durable=durable)
             self._claims[durable] = engine
         return engine
+
+    def claims_runner(self) -> ConcurrentUnits | None:
+        """PostgreSQL: consumer units claim side by side, on the claims pools (acks and nacks as
+        durably as ``flush`` says); SQLite: None -- its one writer serializes claims."""
+        if is_sqlite(self.url):
+            return None
+        return ConcurrentUnits(
+            self.claims_engine(),
+            self.claims_engine(durable=self.flush is Flush.SYNC),
+            ready=lambda: self.schema_current,
+            inflight=self.inflight.hold,
+        )
 
     @property
     def dialect(self) -> str:
@@ -142,9 +150,9 @@ class SqlStore:
         if not self.schema_current:
             raise NotReady(f"the broker is not ready: {self.schema_reason}")
 
-    async def write(self, unit: Callable[[SqlTx], T], *, read_ahead: Sequence[str] = ()) -> T:
+    async def write(self, unit: Callable[[SqlTx], T]) -> T:
         self._guard()
-        result: T = await self.writer.submit(unit, read_ahead, nonces.take())
+        result: T = await self.writer.submit(unit, transactions_of(unit), nonces.take())
         return result
 
     async def read(self, unit: Callable[[SqlTx], T]) -> T:
@@ -155,7 +163,7 @@ class SqlStore:
         try:
             with self.inflight.hold(), self.readers.connect() as conn:
                 return unit(SqlTx(conn))
-        except BrokerError:
+        except DomainError:
             raise
         except DBAPIError as exc:
             raise NotReady(f"the store failed: {exc.orig}", code="STORE_UNAVAILABLE") from exc

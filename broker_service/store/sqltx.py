@@ -17,30 +17,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, case, delete, func, insert, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, and_, delete, func, insert, select
 
-from broker_service.domain.model import (
+from broker_service.domain.messages.model import (
     PendingMessage,
     PlainBatch,
     QueueInfo,
-    ResolvedBy,
     StoredMessage,
     Topic,
-    TransactionRecord,
-    TransactionState,
 )
-from broker_service.domain.ports import MessageQuery
+from broker_service.domain.ports import MessageQuery, ResolveOutcome
+from broker_service.domain.transactions.model import ResolvedBy, TransactionRecord, TransactionState
 from broker_service.store import rows
 from broker_service.store import statements as sql
-from broker_service.store.acl import AclStore
-from broker_service.store.checks import CheckStore
-from broker_service.store.consumers import ConsumerStore
+from broker_service.store.acl import AclPart
+from broker_service.store.checks import CheckPart
+from broker_service.store.consumers import GroupPart
+from broker_service.store.deliveries import DeliveryPart
 from broker_service.store.fastpath import driver_errors
+from broker_service.store.progress import ProgressPart
 from broker_service.store.schema import (
     message_keys,
     messages,
-    producers,
     queues,
     transactions,
 )
@@ -67,7 +65,7 @@ class ResolutionRace(Exception):
     its unit read it: the batch is rolled back, and the writer runs it again undeferred."""
 
 
-class SqlTx(CheckStore, ConsumerStore, AclStore):
+class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart):
     def __init__(self, conn: Connection, *, defer_resolutions: bool = False) -> None:
         """``defer_resolutions`` (PostgreSQL; the writer sets it for a batch of several units):
         see :meth:`resolve_transaction`."""
@@ -194,9 +192,8 @@ class SqlTx(CheckStore, ConsumerStore, AclStore):
         return {(r.topic, r.queue_id): r.next_offset for r in result}
 
     def _insert_queues(self, keys: Sequence[tuple[str, int]]) -> None:
-        dialect_insert = postgresql.insert if self._postgres else sqlite.insert
         self.conn.execute(
-            dialect_insert(queues).on_conflict_do_nothing(),
+            self._insert()(queues).on_conflict_do_nothing(),
             [{"topic": t, "queue_id": q, "next_offset": 0, "min_offset": 0} for t, q in keys],
         )
 
@@ -435,17 +432,16 @@ class SqlTx(CheckStore, ConsumerStore, AclStore):
 
     def resolve_transaction(
         self, transaction_id: str, state: TransactionState, at: int, by: ResolvedBy
-    ) -> bool:
-        """The conditional update that moves a transaction out of its open state, and whether it
-        did.  Deferred (``defer_resolutions``), the updates of a batch's units go to PostgreSQL
-        together when the batch is flushed -- one round trip where each was one of its own, the
-        writer's longest wait on the transactions load -- and this answers True at once: its
-        caller (``Transactions.resolve``) has just read the transaction open in this batch.  The
-        flush then checks that every update changed its row; if another broker resolved one in
-        between, the flush raises :class:`ResolutionRace` and the writer runs the batch again
-        undeferred, so that the unit that lost answers from what the store holds.  A later look
-        at the same transaction in the batch (a resolve, a check-back claim or pull) writes the
-        pending updates first."""
+    ) -> ResolveOutcome:
+        """The conditional update that moves a transaction out of its open state.  Deferred
+        (``defer_resolutions``), the updates of a batch's units go to PostgreSQL together when the
+        batch is flushed -- one round trip where each was one of its own, the writer's longest
+        wait on the transactions load -- and this answers ``DEFERRED`` at once (the port's terms:
+        the unit has just read the transaction open).  The flush then checks that every update
+        changed its row; if another broker resolved one in between, the flush raises
+        :class:`ResolutionRace` and the writer runs the batch again undeferred, so that the unit
+        that lost answers from what the store holds.  A later look at the same transaction in the
+        batch (a resolve, a check-back claim or pull) writes the pending updates first."""
         self._write_if_buffered(transaction_id)
         params = {
             "b_transaction_id": transaction_id,
@@ -455,49 +451,10 @@ class SqlTx(CheckStore, ConsumerStore, AclStore):
         }
         if self._defer_resolutions:
             self._resolutions[transaction_id] = params
-            return True
-        return sql.resolve_transaction.rowcount(self.conn, params) == 1
-
-    # -- producers ------------------------------------------------------------------------------
-
-    def heartbeat(
-        self,
-        group: str,
-        client_id: str,
-        callback_url: str | None,
-        topics: Sequence[str],
-        at: int,
-        access_key: str | None = None,
-    ) -> None:
-        dialect_insert = postgresql.insert if self._postgres else sqlite.insert
-        values = {
-            "producer_group": group,
-            "client_id": client_id,
-            "callback_url": callback_url,
-            "topics": orjson.dumps(list(topics)).decode(),
-            "last_heartbeat_at": at,
-            "access_key": access_key,
-        }
-        stmt = dialect_insert(producers).values(**values)
-        self.conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["producer_group", "client_id"],
-                set_={
-                    "callback_url": stmt.excluded.callback_url,
-                    "topics": stmt.excluded.topics,
-                    "last_heartbeat_at": stmt.excluded.last_heartbeat_at,
-                    "access_key": stmt.excluded.access_key,
-                    # a new callback URL is a new address: try it at once
-                    "unreachable_until": case(
-                        (
-                            producers.c.callback_url.is_distinct_from(stmt.excluded.callback_url),
-                            None,
-                        ),
-                        else_=producers.c.unreachable_until,
-                    ),
-                },
-            )
-        )
+            return ResolveOutcome.DEFERRED
+        if sql.resolve_transaction.rowcount(self.conn, params) == 1:
+            return ResolveOutcome.RESOLVED
+        return ResolveOutcome.NOT_OPEN
 
     def count_messages(self) -> int:
         return int(self.conn.execute(select(func.count()).select_from(messages)).scalar_one())

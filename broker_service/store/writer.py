@@ -8,9 +8,10 @@ batch gathers, so the batch size follows the load with no timer.
 A signed request's nonce rides with its unit: the batch's nonces are remembered in one statement
 before the units run, and a unit whose nonce was seen before is answered ``Replayed`` unrun.
 
-A unit that raises a :class:`BrokerError` is dropped from the batch (its appends undone) and answered
-with the error.  A batch whose deferred resolutions lost a race with another broker (PostgreSQL, see
-``SqlTx.resolve_transaction``) runs again with each resolution checked as it is made.  Any other
+A unit that raises a :class:`DomainError` is dropped from the batch (its appends undone) and answered
+with the error.  In a batch of several units on PostgreSQL a resolution may be ``DEFERRED`` to the
+flush (the port's ``ResolveOutcome``; see ``SqlTx.resolve_transaction``); a batch whose deferred
+resolutions lost a race with another broker runs again with each resolution checked as it is made.  Any other
 failure aborts the batch; its units are then run one per transaction, so only the unit that fails
 again is answered with the failure.  Units that lost a race with another
 broker (a unique key, a deadlock) are retried on their own a few times.
@@ -31,7 +32,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.acl.nonces import NonceKey, replayed_error
-from broker_service.domain.errors import BrokerError, Busy, InvalidRequest, NotReady
+from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
 from broker_service.store.sqltx import ResolutionRace, SqlTx
 
 log = logging.getLogger("halfmq.store.writer")
@@ -82,7 +83,8 @@ class GroupCommitWriter:
         read_ahead: Sequence[str] = (),
         nonce: NonceKey | None = None,
     ) -> asyncio.Future[Any]:
-        """Queue a unit of work; ``read_ahead``: transactions it will look up (see SqlTx);
+        """Queue a unit of work; ``read_ahead``: transactions it will look up (what a
+        ``TransactionUnit`` names; see ``SqlTx.read_ahead``);
         ``nonce``: the signed request's, remembered before the unit runs (refused if seen)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -157,7 +159,7 @@ class GroupCommitWriter:
                     mark = tx.mark()
                     try:
                         job.value, job.ok = job.unit(tx), True
-                    except BrokerError as error:
+                    except DomainError as error:
                         tx.rollback_to(mark)
                         job.value, job.ok = error, False
                 tx.flush()
@@ -233,7 +235,7 @@ def _refused(error: DataError) -> InvalidRequest:
 
 
 def _translate(error: Exception) -> Exception:
-    if isinstance(error, BrokerError):
+    if isinstance(error, DomainError):
         return error
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return NotReady("the store is unreachable", code="STORE_UNAVAILABLE")

@@ -78,8 +78,8 @@ app.command()(serve)
 
 
 def run(settings: BrokerSettings) -> None:
-    from broker_service.api.app import create_app
     from broker_service.api.protocol import bounded_protocol
+    from broker_service.app import build_app
 
     _check_tls(settings)
     logging.basicConfig(
@@ -87,7 +87,7 @@ def run(settings: BrokerSettings) -> None:
     )
     logs.quiet_http_client()
     config = uvicorn.Config(
-        create_app(settings, server_gc=True),
+        build_app(settings, server_gc=True),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),

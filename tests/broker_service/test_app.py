@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from broker_service.api.app import SERVER_GC_THRESHOLD, create_app
+from broker_service.app import SERVER_GC_THRESHOLD, build_app
 from broker_service.settings import BrokerSettings
 from tests.support import InProcessBroker
 
@@ -15,13 +15,11 @@ async def test_a_broker_process_freezes_its_start_up_heap_and_a_plain_app_does_n
     gc.unfreeze()
     threshold = gc.get_threshold()
     try:
-        plain = create_app(BrokerSettings(database_url=sqlite_url, scheduler=False))
+        plain = build_app(BrokerSettings(database_url=sqlite_url, scheduler=False))
         async with plain.router.lifespan_context(plain):
             assert gc.get_freeze_count() == 0
             assert gc.get_threshold() == threshold
-        served = create_app(
-            BrokerSettings(database_url=sqlite_url, scheduler=False), server_gc=True
-        )
+        served = build_app(BrokerSettings(database_url=sqlite_url, scheduler=False), server_gc=True)
         async with served.router.lifespan_context(served):
             # Everything alive at start-up (modules, routes, models) is out of the collector's
             # reach; what requests make later is collected as before.
@@ -39,7 +37,7 @@ async def test_a_broker_process_freezes_its_start_up_heap_and_a_plain_app_does_n
 async def test_the_batch_body_is_a_named_component_of_the_openapi_schema(
     broker: InProcessBroker,
 ) -> None:
-    """The batch route parses its own body (api/bodies.py) and still declares it as FastAPI
+    """The batch route parses its own body (api/schemas/bodies.py) and still declares it as FastAPI
     declares a body parameter: a reference to a component, whose references resolve."""
     schema = (await broker.client.get("/openapi.json")).json()
     body = schema["paths"]["/v1/topics/{topic}/messages:batch"]["post"]["requestBody"]

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from broker_service.settings import BrokerSettings, load_settings, parse_delay_levels
+from broker_service.domain.config import parse_delay_levels
+from broker_service.settings import BrokerSettings, load_settings
 from halfmq.cli import app
 
 
@@ -67,8 +68,8 @@ def test_serve_refuses_bad_settings_with_a_message(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("enabled", [False, True])
 def test_fastapi_native_opentelemetry_follows_the_setting(tmp_path: Path, enabled: bool) -> None:
-    from broker_service.api.app import create_app
+    from broker_service.app import build_app
 
     settings = BrokerSettings(database_url=f"sqlite:///{tmp_path / 'b.db'}", opentelemetry=enabled)
-    telemetry = create_app(settings)._telemetry  # FastAPI's own config of its native telemetry
+    telemetry = build_app(settings)._telemetry  # FastAPI's own config of its native telemetry
     assert (telemetry["tracing"], telemetry["metrics"], telemetry["logs"]) == (enabled,) * 3

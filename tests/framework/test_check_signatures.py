@@ -19,8 +19,7 @@ import pytest
 from fastapi import FastAPI
 
 from broker_service.acl.signature import sign
-from broker_service.domain.checkback import CheckRequest
-from broker_service.schedulers.checkback import check_payload
+from broker_service.domain.transactions.checkback import CheckRequest, check_payload
 from framework import (
     AsyncTransactionProducer,
     CheckMode,

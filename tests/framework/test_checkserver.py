@@ -21,8 +21,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from broker_service.domain.checkback import CheckRequest
-from broker_service.schedulers.checkback import check_payload
+from broker_service.domain.transactions.checkback import CheckRequest, check_payload
 from framework.checkserver import (
     BACKLOG,
     MAX_CONCURRENT_CHECKS,

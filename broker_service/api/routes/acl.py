@@ -11,53 +11,17 @@ from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response, status
-from pydantic import BaseModel, Field
 
 from broker_service.acl.addresses import parse_address
 from broker_service.acl.model import Account, AclConfig, Perm
 from broker_service.acl.runtime import AclRuntime
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.schemas.acl import AccountIn, AccountOut, AclOut, GlobalWhiteIn, VersionOut
 from broker_service.domain.errors import Conflict, InvalidRequest, NotFound
 
 router = APIRouter(prefix="/v1/acl", tags=["acl"], responses=ERROR_RESPONSES)
 
 AccessKey = Annotated[str, Path(min_length=7, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")]
-
-
-class AccountOut(BaseModel):
-    access_key: str
-    admin: bool
-    white_remote_address: str | None
-    default_topic_perm: str
-    default_group_perm: str
-    topic_perms: list[str] = Field(description="name=PERM, as in plain_acl.yml")
-    group_perms: list[str]
-
-
-class AclOut(BaseModel):
-    version: str
-    global_white_remote_addresses: list[str]
-    accounts: list[AccountOut]
-
-
-class VersionOut(BaseModel):
-    version: str
-
-
-class AccountIn(BaseModel):
-    """mqadmin updateAccessConfig: only the fields given change; a new account needs its secret."""
-
-    secret_key: str | None = Field(None, min_length=7, max_length=256)
-    admin: bool | None = None
-    white_remote_address: str | None = Field(None, description="'' removes it")
-    default_topic_perm: str | None = None
-    default_group_perm: str | None = None
-    topic_perms: list[str] | None = Field(None, description='["topicA=DENY", "topicB=PUB|SUB"]')
-    group_perms: list[str] | None = None
-
-
-class GlobalWhiteIn(BaseModel):
-    addresses: list[str] = Field(max_length=1000)
 
 
 def _runtime(request: Request) -> AclRuntime:

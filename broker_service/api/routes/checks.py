@@ -5,62 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
-from pydantic import BaseModel, Field
 
 from broker_service.api import convert
-from broker_service.api.deps import MetricsDep, ServiceDep, SettingsDep
+from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupName, IdPath, TextQuery
-from broker_service.api.schemas import TransactionOut, rfc3339
-from broker_service.domain.checkback import CheckBack
-from broker_service.schedulers.checkback import PullHub, check_payload
+from broker_service.api.schemas.checks import CheckOut, ChecksOut, InstanceOut, ProducerGroupOut
+from broker_service.api.schemas.common import rfc3339
+from broker_service.api.schemas.transactions import TransactionOut
+from broker_service.domain.transactions.checkback import check_payload
+from broker_service.domain.transactions.pulls import PullHub
 
 router = APIRouter(tags=["check-back"], responses=ERROR_RESPONSES)
-
-
-class CheckOut(BaseModel):
-    transaction_id: str
-    producer_group: str
-    msg_id: str
-    topic: str
-    tags: str | None = None
-    keys: list[str] = Field(default_factory=list)
-    body: str
-    encoding: str
-    properties: dict[str, str] = Field(default_factory=dict)
-    check_times: int
-
-
-class ChecksOut(BaseModel):
-    checks: list[CheckOut]
-
-
-class InstanceOut(BaseModel):
-    client_id: str
-    callback_url: str | None
-    mode: str = Field(description="push (callback_url) or pull")
-    topics: list[str]
-    last_heartbeat_at: str
-    live: bool
-    reachable: bool = Field(
-        description="False while a check that could not be delivered keeps it aside"
-    )
-    unreachable_until: str | None = None
-    last_error: str | None = Field(None, description="Why a check last failed to reach it")
-    last_error_at: str | None = None
-
-
-class ProducerGroupOut(BaseModel):
-    producer_group: str
-    instances: list[InstanceOut]
-
-
-def _checkback(request: Request) -> CheckBack:
-    checkback: CheckBack = request.app.state.checkback
-    return checkback
 
 
 def _hub(request: Request) -> PullHub:
@@ -72,7 +32,7 @@ def _hub(request: Request) -> PullHub:
 async def pull_checks(
     group: GroupName,
     request: Request,
-    service: ServiceDep,
+    service: TransactionsDep,
     metrics: MetricsDep,
     client_id: TextQuery,
     max: Annotated[int, Query(ge=1, le=1000)] = 32,
@@ -80,13 +40,13 @@ async def pull_checks(
 ) -> ChecksOut:
     """Long-poll for the checks assigned to this instance (pull mode); answer each with a commit or
     rollback carrying ``"from_check": true``.  Returns as soon as checks are there, or empty."""
-    checkback, hub = _checkback(request), _hub(request)
+    hub = _hub(request)
     event = hub.event(group, client_id)
     deadline = time.monotonic() + wait_seconds
     try:
         while True:
             event.clear()
-            checks = await service.pull_checks(checkback, group, client_id, max)
+            checks = await service.pull_checks(group, client_id, max)
             remaining = deadline - time.monotonic()
             if checks or remaining <= 0:
                 break
@@ -102,7 +62,7 @@ async def pull_checks(
 
 @router.get("/v1/producer-groups/{group}", response_model=ProducerGroupOut)
 async def get_producer_group(
-    group: GroupName, service: ServiceDep, settings: SettingsDep
+    group: GroupName, service: TransactionsDep, settings: SettingsDep
 ) -> ProducerGroupOut:
     """The group's instances as their heartbeats describe them."""
     instances = await service.producer_group(group)
@@ -129,7 +89,7 @@ async def get_producer_group(
 
 
 @router.delete("/v1/producer-groups/{group}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_producer_group(group: GroupName, service: ServiceDep) -> Response:
+async def delete_producer_group(group: GroupName, service: TransactionsDep) -> Response:
     """Forget the group's instances.  Its pending halves are kept; rounds skip them without
     counting until an instance heartbeats again."""
     await service.delete_producer_group(group)
@@ -137,10 +97,10 @@ async def delete_producer_group(group: GroupName, service: ServiceDep) -> Respon
 
 
 @router.post("/v1/transactions/{transaction_id}/check", response_model=TransactionOut)
-async def check_now(transaction_id: IdPath, request: Request, service: ServiceDep) -> Any:
+async def check_now(transaction_id: IdPath, request: Request, service: TransactionsDep) -> Any:
     """Operator: check this transaction in the next round, also when it is DISCARDED."""
-    record = await service.check_now(_checkback(request), transaction_id)
-    scheduler = getattr(request.app.state, "scheduler", None)
-    if scheduler is not None:
-        scheduler.wake()
+    record = await service.check_now(transaction_id)
+    wake_checks: Callable[[], None] | None = request.app.state.wake_checks
+    if wake_checks is not None:
+        wake_checks()
     return convert.transaction_out(record)

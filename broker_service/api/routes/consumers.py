@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from broker_service.api import convert
-from broker_service.api.deps import MetricsDep
+from broker_service.api.deps import ConsumersDep, MetricsDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupName, IdPath
-from broker_service.api.routes.consumer_schemas import (
+from broker_service.api.schemas.common import rfc3339
+from broker_service.api.schemas.consumers import (
     AckIn,
     AckOut,
     ChangeInvisibleIn,
@@ -34,8 +35,7 @@ from broker_service.api.routes.consumer_schemas import (
     TraceEventOut,
     TraceOut,
 )
-from broker_service.api.schemas import rfc3339
-from broker_service.domain.consumer_model import (
+from broker_service.domain.consumers.model import (
     ConsumeFrom,
     ConsumerGroup,
     DeadMessage,
@@ -45,24 +45,10 @@ from broker_service.domain.consumer_model import (
     dlq_topic,
     retry_topic,
 )
-from broker_service.domain.consumer_service import ConsumerService
-from broker_service.domain.consumer_wakeup import Arrivals, ArrivalsStore
-from broker_service.domain.consumers import ConsumerConfig
-from broker_service.domain.service import BrokerService
-from broker_service.settings import BrokerSettings, Flush
-from broker_service.store.consumers import ConcurrentUnits
 
 router = APIRouter(
     prefix="/v1/consumer-groups", tags=["consumer groups"], responses=ERROR_RESPONSES
 )
-
-
-async def get_consumers(request: Request) -> ConsumerService:
-    service: ConsumerService = request.app.state.consumers
-    return service
-
-
-ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
 
 
 def _group_fields(group: ConsumerGroup) -> dict[str, Any]:
@@ -279,9 +265,6 @@ async def resend(
     return _dead_out(dead)
 
 
-__all__ = ["install", "router"]
-
-
 trace_router = APIRouter(prefix="/v1/messages", tags=["messages"], responses=ERROR_RESPONSES)
 
 _TRACE_EVENTS = set(TraceEventOut.model_fields["event"].annotation.__args__)  # type: ignore[union-attr]
@@ -303,37 +286,3 @@ async def trace(msg_id: IdPath, consumers: ConsumersDep) -> TraceOut:
             if e.event in _TRACE_EVENTS
         ],
     )
-
-
-def install(app: FastAPI, settings: BrokerSettings, service: BrokerService, broker_id: str) -> None:
-    """Wire consumer groups into a broker app: the service on ``app.state.consumers``, the routes,
-    and long-poll wake-ups on every write the broker commits (its store is wrapped once)."""
-    arrivals = Arrivals()
-    service.store = ArrivalsStore(service.store, arrivals)
-    config = ConsumerConfig(
-        auto_create_groups=settings.auto_create_groups,
-        max_reconsume_times=settings.max_reconsume_times,
-        delay_levels_ms=settings.delay_levels_ms,
-        consumer_expiry_ms=int(settings.consumer_expiry_seconds * 1000),
-        broker_id=broker_id,
-    )
-    store = app.state.store
-    runner = None
-    if not settings.is_sqlite:  # SQLite has one writer; PostgreSQL claims side by side
-        runner = ConcurrentUnits(
-            store.claims_engine(),
-            store.claims_engine(durable=settings.flush is Flush.SYNC),
-            ready=lambda: bool(store.schema_current),
-            inflight=store.inflight.hold,
-        )
-    app.state.consumers = ConsumerService(
-        service.store,
-        config,
-        arrivals,
-        poll_seconds=settings.receive_poll_seconds,
-        max_wait_seconds=settings.receive_max_wait_seconds,
-        clock=service.clock,
-        runner=runner,
-    )
-    app.include_router(router)
-    app.include_router(trace_router)

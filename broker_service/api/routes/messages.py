@@ -7,23 +7,24 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from broker_service.api import convert
-from broker_service.api.deps import ServiceDep
+from broker_service.api.deps import MessagesDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import IdPath, KeyQuery, TopicQuery
-from broker_service.api.schemas import MessageLifeOut, MessageListOut, TimeIn
+from broker_service.api.schemas.common import TimeIn
+from broker_service.api.schemas.messages import MessageLifeOut, MessageListOut
 from broker_service.domain.ports import MessageQuery
 
 router = APIRouter(prefix="/v1/messages", tags=["messages"], responses=ERROR_RESPONSES)
 
 
 @router.get("/{msg_id}", response_model=MessageLifeOut)
-async def get_message(msg_id: IdPath, service: ServiceDep) -> MessageLifeOut:
+async def get_message(msg_id: IdPath, service: MessagesDep) -> MessageLifeOut:
     return convert.life_out(await service.message_life(msg_id))
 
 
 @router.get("", response_model=MessageListOut)
 async def find_messages(
-    service: ServiceDep,
+    service: MessagesDep,
     topic: TopicQuery = None,
     key: KeyQuery = None,
     begin: Annotated[TimeIn | None, Query()] = None,

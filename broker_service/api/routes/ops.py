@@ -9,7 +9,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker_service.api.deps import MetricsDep, SettingsDep
 from broker_service.api.errors import ERROR_RESPONSES, envelope
-from broker_service.api.schemas import AnyJson, EchoOut
+from broker_service.api.schemas.common import AnyJson, EchoOut
+from broker_service.domain.ports import StoreProbe
+from broker_service.domain.transactions.service import TransactionService
 
 router = APIRouter(tags=["operations"])
 
@@ -25,7 +27,8 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", responses={503: ERROR_RESPONSES[503]})
 async def readyz(request: Request, metrics: MetricsDep) -> Any:
     """Ready when the store is reachable and its schema is at the migrations' head."""
-    readiness = await request.app.state.store.ping()
+    store: StoreProbe = request.app.state.store
+    readiness = await store.ping()
     metrics.ready.set(1 if readiness.ready else 0)
     if not readiness.ready:
         return envelope(503, "NOT_READY", readiness.reason)
@@ -39,8 +42,9 @@ async def readyz(request: Request, metrics: MetricsDep) -> Any:
     responses={code: ERROR_RESPONSES[code] for code in (401, 403, 503)},
 )
 async def metrics_text(request: Request, metrics: MetricsDep, settings: SettingsDep) -> Response:
-    stats = request.app.state.store.stats()
-    service = request.app.state.service
+    store: StoreProbe = request.app.state.store
+    stats = store.stats()
+    service: TransactionService = request.app.state.transactions
     ages = await service.pending_by_age([age * 1000 for age in PENDING_AGES])
     for age in PENDING_AGES:
         metrics.pending.labels(older_than_seconds=str(age)).set(ages[age * 1000])

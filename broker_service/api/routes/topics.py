@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 
 from broker_service.api import convert
-from broker_service.api.bodies import body_schema, json_bytes, validated
-from broker_service.api.deps import ServiceDep, metrics_of, service_of
+from broker_service.api.deps import MessagesDep, messages_of, metrics_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import TopicName, UserTopicName
-from broker_service.api.schemas import (
+from broker_service.api.schemas.bodies import body_schema, json_bytes, validated
+from broker_service.api.schemas.messages import (
     BatchIn,
     BatchResultOut,
     MessageIn,
@@ -29,7 +29,7 @@ router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=ERROR_RESPONS
     response_model=TopicOut,
     responses={200: {"model": TopicOut, "description": "The topic exists with the same config"}},
 )
-async def create_topic(body: TopicIn, service: ServiceDep, response: Response) -> TopicOut:
+async def create_topic(body: TopicIn, service: MessagesDep, response: Response) -> TopicOut:
     """Create a topic; the same config again is 200, another config 409."""
     result = await service.create_topic(body.name, body.queues, body.order)
     if not result.created:
@@ -38,17 +38,17 @@ async def create_topic(body: TopicIn, service: ServiceDep, response: Response) -
 
 
 @router.get("", response_model=TopicListOut)
-async def list_topics(service: ServiceDep) -> TopicListOut:
+async def list_topics(service: MessagesDep) -> TopicListOut:
     return TopicListOut(topics=[convert.topic_out(v) for v in await service.list_topics()])
 
 
 @router.get("/{topic}", response_model=TopicOut)
-async def get_topic(topic: TopicName, service: ServiceDep) -> TopicOut:
+async def get_topic(topic: TopicName, service: MessagesDep) -> TopicOut:
     return convert.topic_out(await service.get_topic(topic))
 
 
 @router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_topic(topic: UserTopicName, service: ServiceDep) -> Response:
+async def delete_topic(topic: UserTopicName, service: MessagesDep) -> Response:
     await service.delete_topic(topic)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -56,7 +56,7 @@ async def delete_topic(topic: UserTopicName, service: ServiceDep) -> Response:
 @router.post("/{topic}/messages", status_code=status.HTTP_201_CREATED, response_model=SendResultOut)
 async def send_message(topic: UserTopicName, body: MessageIn, request: Request) -> Response:
     """Store one message; a retransmit with the same ``msg_id`` and content is answered again."""
-    (receipt,) = await service_of(request).send(topic, [body.to_draft()])
+    (receipt,) = await messages_of(request).send(topic, [body.to_draft()])
     metrics_of(request).messages_sent.labels(duplicate=str(receipt.duplicate).lower()).inc()
     return convert.json_response(convert.receipt_dict(receipt), status.HTTP_201_CREATED)
 
@@ -69,7 +69,7 @@ async def send_message(topic: UserTopicName, body: MessageIn, request: Request) 
 )
 async def send_batch(topic: UserTopicName, request: Request) -> Response:
     """Store every message of the batch, in order, or none of them."""
-    service, metrics = service_of(request), metrics_of(request)
+    service, metrics = messages_of(request), metrics_of(request)
     # The broker's hottest request: its body is validated from the bytes in one pass, and a
     # batch of bodies alone (the common one) goes as columns, with no record per message.
     raw = await json_bytes(request)

@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
-from broker_service.api.deps import ServiceDep, metrics_of, service_of
+from broker_service.api.deps import TransactionsDep, metrics_of, transactions_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
 from broker_service.api.permissions import transaction_guard
-from broker_service.api.schemas import (
+from broker_service.api.schemas.transactions import (
     DecisionIn,
     HalfOut,
     ResolutionOut,
@@ -19,7 +19,7 @@ from broker_service.api.schemas import (
     TransactionListOut,
     TransactionOut,
 )
-from broker_service.domain.model import Decision, ResolvedBy, TransactionState
+from broker_service.domain.transactions.model import Decision, ResolvedBy, TransactionState
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=ERROR_RESPONSES)
 
@@ -27,7 +27,7 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=E
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfOut)
 async def send_half(body: TransactionIn, request: Request) -> Response:
     """Store a half message in RMQ_SYS_TRANS_HALF_TOPIC, invisible to consumers."""
-    receipt = await service_of(request).prepare(
+    receipt = await transactions_of(request).prepare(
         body.topic, body.to_draft(), body.producer_group, body.check_immunity_seconds
     )
     if not receipt.duplicate:
@@ -48,7 +48,7 @@ async def _resolve(
     by = ResolvedBy.CHECK if body.from_check else ResolvedBy.PRODUCER
     if body.producer_group is None and not body.from_check:
         by = ResolvedBy.OPERATOR
-    service = service_of(request)
+    service = transactions_of(request)
     guard = transaction_guard(request.state)  # the ACL's need on the transaction's topic
     resolution = await service.resolve(transaction_id, decision, body.producer_group, by, guard)
     metrics_of(request).resolutions.labels(state=resolution.state.value, by=by.value).inc()
@@ -72,13 +72,13 @@ async def rollback(
 
 
 @router.get("/{transaction_id}", response_model=TransactionOut)
-async def get_transaction(transaction_id: IdPath, service: ServiceDep) -> TransactionOut:
+async def get_transaction(transaction_id: IdPath, service: TransactionsDep) -> TransactionOut:
     return convert.transaction_out(await service.get_transaction(transaction_id))
 
 
 @router.get("", response_model=TransactionListOut)
 async def list_transactions(
-    service: ServiceDep,
+    service: TransactionsDep,
     state: Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"] | None = None,
     producer_group: GroupQuery = None,
     older_than_seconds: Annotated[float | None, Query(ge=0, le=10**9)] = None,

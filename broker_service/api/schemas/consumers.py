@@ -1,0 +1,216 @@
+"""The consumer-group bodies of the REST contract (docs/api.md, "Consumer groups")."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from broker_service.api.schemas.common import (
+    DEFAULT_LEVEL_COUNT,
+    EXPRESSION_PATTERN,
+    NAME_SCHEMA,
+    USER_TOPIC_SCHEMA,
+    Storable,
+    Strict,
+    Text,
+    TimeIn,
+)
+from broker_service.api.schemas.messages import MessageOut
+
+ClientId = Annotated[Text, Field(min_length=1, max_length=255)]
+Handle = Annotated[Text, Field(min_length=1, max_length=128)]
+
+
+class GroupIn(Strict):
+    # consume_from TIMESTAMP needs its timestamp (else 422 INVALID_CONSUME_FROM).
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {
+                "properties": {"consume_from": {"const": "TIMESTAMP"}},
+                "required": ["consume_from"],
+            },
+            "then": {
+                "required": ["consume_timestamp"],
+                "properties": {"consume_timestamp": {"not": {"type": "null"}}},
+            },
+        },
+    )
+    name: str = Field(json_schema_extra=NAME_SCHEMA)
+    message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING"
+    consume_from: Literal["FIRST_OFFSET", "LAST_OFFSET", "TIMESTAMP"] = Field(
+        "LAST_OFFSET", description="Where the group starts in a topic it subscribes to"
+    )
+    consume_timestamp: TimeIn | None = Field(None, description="For consume_from TIMESTAMP")
+    max_reconsume_times: int | None = Field(
+        None, ge=0, le=10_000, description="Default: the broker's max_reconsume_times (16)"
+    )
+    orderly: bool = False
+
+
+class GroupOut(BaseModel):
+    name: str
+    message_model: str
+    consume_from: str
+    consume_timestamp: str | None = None
+    max_reconsume_times: int | None = None
+    orderly: bool
+    created_at: str
+    retry_topic: str
+    dlq_topic: str
+
+
+class SubscriptionIn(Strict):
+    topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
+    expression: Annotated[
+        Storable,
+        Field(min_length=1, max_length=1024, json_schema_extra={"pattern": EXPRESSION_PATTERN}),
+    ] = Field("*", description="'*' or tags joined by '||' (TagA || TagB)")
+
+
+class SubscriptionOut(BaseModel):
+    consumer_group: str
+    topic: str
+    expression: str
+    created_at: str
+
+
+class ReceiveIn(Strict):
+    client_id: ClientId
+    topic: str | None = Field(
+        None,
+        json_schema_extra=USER_TOPIC_SCHEMA,
+        description="One subscribed topic (and its retries); null: every subscription",
+    )
+    max_messages: int = Field(32, ge=1, le=1000)
+    invisible_seconds: float = Field(30, gt=0, le=43_200)
+    wait_seconds: float = Field(
+        0, ge=0, le=300, description="Long poll: answer as soon as a message is deliverable"
+    )
+
+
+class DeliveredOut(MessageOut):
+    receipt_handle: str
+    invisible_until: str
+
+
+class ReceiveOut(BaseModel):
+    messages: list[DeliveredOut]
+
+
+class AckIn(Strict):
+    receipt_handles: list[Handle] = Field(min_length=1, max_length=1000)
+
+
+class AckOut(BaseModel):
+    acked: int
+    stale: list[str] = Field(description="Handles that acked nothing (invisibility ran out)")
+
+
+class NackIn(Strict):
+    receipt_handle: Handle
+    delay_level: (
+        Annotated[int, Field(ge=0, le=1000, json_schema_extra={"maximum": DEFAULT_LEVEL_COUNT})]
+        | None
+    ) = Field(
+        None,
+        description="1-18 (as many as message_delay_level has; others are 422 "
+        "INVALID_DELAY_LEVEL); null or 0: the retry schedule (level 3 + reconsume_times)",
+    )
+
+
+class NackOut(BaseModel):
+    receipt_handle: str
+    msg_id: str
+    reconsume_times: int
+    outcome: Literal["RETRY", "RETRY_IN_PLACE", "DLQ"]
+    deliver_at: str | None = None
+
+
+class ChangeInvisibleIn(Strict):
+    receipt_handle: Handle
+    invisible_seconds: float = Field(gt=0, le=43_200)
+
+
+class ChangeInvisibleOut(BaseModel):
+    receipt_handle: str
+    invisible_until: str
+
+
+class QueueProgressOut(BaseModel):
+    topic: str
+    queue_id: int
+    client_id: str | None = Field(None, description="The member (broadcasting groups)")
+    committed_offset: int | None
+    max_offset: int
+    lag: int
+    in_flight: int
+    retrying: int
+    dead: int
+
+
+class MemberOut(BaseModel):
+    client_id: str
+    last_seen_at: str
+    live: bool
+
+
+class GroupViewOut(GroupOut):
+    subscriptions: list[SubscriptionOut]
+    members: list[MemberOut]
+    queues: list[QueueProgressOut]
+    lag: int
+    in_flight: int
+    retrying: int
+    dead: int
+
+
+class ResetIn(Strict):
+    topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
+    timestamp: TimeIn
+
+
+class ResetQueueOut(BaseModel):
+    queue_id: int
+    offset: int
+
+
+class ResetOut(BaseModel):
+    consumer_group: str
+    topic: str
+    queues: list[ResetQueueOut]
+
+
+class DeadOut(MessageOut):
+    original_topic: str | None = None
+    resent_at: str | None = None
+
+
+class DeadListOut(BaseModel):
+    messages: list[DeadOut]
+
+
+class TraceEventOut(BaseModel):
+    at: str
+    event: Literal[
+        "SENT",
+        "HALF_STORED",
+        "COMMITTED",
+        "ROLLED_BACK",
+        "CHECKED",
+        "DISCARDED",
+        "DELIVERED",
+        "ACKED",
+        "NACKED",
+        "RETRIED",
+        "DEAD",
+        "RESENT",
+    ]
+    by: str = Field(description="Client, producer group, consumer member or broker id")
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class TraceOut(BaseModel):
+    msg_id: str
+    events: list[TraceEventOut]

@@ -1,0 +1,154 @@
+"""``ConsumerService``: the consumer use cases, each one unit of work on the store, and the long
+poll of ``receive`` (woken by :class:`~broker_service.domain.consumers.wakeup.Arrivals`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from broker_service.domain.clock import now_ms
+from broker_service.domain.config import ConsumerConfig
+from broker_service.domain.consumers.admin import ConsumerAdmin, OffsetReset
+from broker_service.domain.consumers.groups import GroupCreated, Groups, Subscribed
+from broker_service.domain.consumers.leases import Leases
+from broker_service.domain.consumers.model import (
+    AckResult,
+    ConsumerGroup,
+    DeadMessage,
+    Delivered,
+    Delivery,
+    GroupView,
+    NackResult,
+)
+from broker_service.domain.consumers.receive import Receiver
+from broker_service.domain.consumers.retry import Retries
+from broker_service.domain.consumers.trace import TraceEvent, trace
+from broker_service.domain.consumers.wakeup import Arrivals
+from broker_service.domain.errors import InvalidRequest
+from broker_service.domain.ports import Store, StoreTx, UnitRunner
+
+_TOUCH_EVERY_MS = 5_000  # a member's liveness is written at most this often per broker
+
+T = TypeVar("T")
+
+
+class ConsumerService:
+    def __init__(
+        self,
+        store: Store,
+        config: ConsumerConfig,
+        arrivals: Arrivals,
+        *,
+        poll_seconds: float = 0.5,
+        max_wait_seconds: float = 30.0,
+        clock: Callable[[], int] = now_ms,
+        runner: UnitRunner | None = None,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.config = config
+        self.arrivals = arrivals
+        self.poll_seconds = poll_seconds
+        self.max_wait_seconds = max_wait_seconds
+        self.clock = clock
+        self.groups = Groups(config, clock)
+        self.leases = Leases(self.groups)
+        self.receiver = Receiver(self.groups, self.leases)
+        self.retries = Retries(self.groups, self.leases)
+        self.admin = ConsumerAdmin(self.groups)
+        self._touched: dict[tuple[str, str], int] = {}
+
+    # -- groups -----------------------------------------------------------------------------------
+
+    async def create_group(self, group: ConsumerGroup) -> GroupCreated:
+        return await self.store.write(self.groups.create_group(group))
+
+    async def subscribe(self, group: str, topic: str, expression: str) -> Subscribed:
+        return await self.store.write(self.groups.subscribe(group, topic, expression))
+
+    async def view(self, group: str) -> GroupView:
+        return await self.store.read(self.admin.view(group))
+
+    async def reset_offset(self, group: str, topic: str, timestamp: int) -> OffsetReset:
+        return await self.store.write(self.admin.reset_offset(group, topic, timestamp))
+
+    # -- receive and acks -------------------------------------------------------------------------
+
+    async def receive(
+        self,
+        group: str,
+        client_id: str,
+        topic: str | None,
+        max_messages: int,
+        invisible_seconds: float,
+        wait_seconds: float,
+    ) -> list[Delivered]:
+        """Messages for this member: at once if any is deliverable, else as soon as one is (up to
+        ``wait_seconds``), else none."""
+        if invisible_seconds <= 0:
+            raise InvalidRequest(
+                "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
+            )
+        invisible_ms = int(invisible_seconds * 1000)
+        deadline = time.monotonic() + min(wait_seconds, self.max_wait_seconds)
+        while True:
+            version = self.arrivals.version
+            unit = self.receiver.receive(
+                group, client_id, topic, max_messages, invisible_ms, self._touch(group, client_id)
+            )
+            result = await self._claim(unit, lease_only=True)
+            if len(result.delivered) >= max_messages:  # there may be more: wake another member
+                self.arrivals.pass_on(result.topics, result.competitor)
+            remaining = deadline - time.monotonic()
+            if result.delivered or remaining <= 0:
+                return result.delivered
+            pause = min(remaining, self.poll_seconds)
+            if result.next_due_at is not None:
+                pause = min(pause, max(0.0, (result.next_due_at - self.clock()) / 1000) + 0.002)
+            await self.arrivals.wait(result.topics, pause, version, result.competitor)
+
+    async def _claim(self, unit: Callable[[StoreTx], T], *, lease_only: bool = False) -> T:
+        if self.runner is not None:
+            return await self.runner.run(unit, lease_only=lease_only)
+        return await self.store.write(unit)
+
+    def _touch(self, group: str, client_id: str) -> bool:
+        now = self.clock()
+        key = (group, client_id)
+        if now - self._touched.get(key, 0) < _TOUCH_EVERY_MS:
+            return False
+        if len(self._touched) > 100_000:
+            self._touched.clear()
+        self._touched[key] = now
+        return True
+
+    async def ack(self, group: str, handles: Sequence[str]) -> AckResult:
+        result = await self._claim(self.leases.ack(group, handles))
+        if result.freed_topics:  # an orderly queue may hand out its next message now
+            self.arrivals.announce(result.freed_topics)
+        return result
+
+    async def nack(self, group: str, handle: str, delay_level: int | None) -> NackResult:
+        return await self._claim(self.retries.nack(group, handle, delay_level))
+
+    async def change_invisible(self, group: str, handle: str, invisible_seconds: float) -> Delivery:
+        if invisible_seconds <= 0:
+            raise InvalidRequest(
+                "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
+            )
+        unit = self.leases.change_invisible(group, handle, int(invisible_seconds * 1000))
+        return await self._claim(unit, lease_only=True)
+
+    # -- dead letters -----------------------------------------------------------------------------
+
+    async def dead_messages(self, group: str, limit: int) -> list[DeadMessage]:
+        return await self.store.read(self.retries.dead_messages(group, limit))
+
+    async def resend(self, group: str, msg_id: str) -> DeadMessage:
+        return await self.store.write(self.retries.resend(group, msg_id))
+
+    # -- trace ------------------------------------------------------------------------------------
+
+    async def trace(self, msg_id: str) -> list[TraceEvent]:
+        return await self.store.read(trace(msg_id, self.config.broker_id))

@@ -1,0 +1,47 @@
+"""The one interface between the domain and the store, split by role: a second backend's checklist.
+
+========================  =================================================================
+:class:`MessageStore`     topics, queues, appending and reading messages, delayed messages
+:class:`TransactionStore` the index of half messages and their one decision
+:class:`CheckStore`       producer instances, check-back claims and assignments
+:class:`ConsumerStore`    consumer groups, progress per queue, deliveries, the trace
+:class:`AdminStore`       the ACL's nonces and published versions
+========================  =================================================================
+
+A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Store` runs units
+(see :mod:`broker_service.domain.ports.store`).
+"""
+
+from broker_service.domain.ports.admin import AdminStore
+from broker_service.domain.ports.checks import CheckStore
+from broker_service.domain.ports.consumers import ConsumerStore
+from broker_service.domain.ports.messages import MessageQuery, MessageStore
+from broker_service.domain.ports.store import (
+    Readiness,
+    Store,
+    StoreProbe,
+    StoreTx,
+    TransactionUnit,
+    UnitRunner,
+    transactions_of,
+    wrapped_like,
+)
+from broker_service.domain.ports.transactions import ResolveOutcome, TransactionStore
+
+__all__ = [
+    "AdminStore",
+    "CheckStore",
+    "ConsumerStore",
+    "MessageQuery",
+    "MessageStore",
+    "Readiness",
+    "ResolveOutcome",
+    "Store",
+    "StoreProbe",
+    "StoreTx",
+    "TransactionStore",
+    "TransactionUnit",
+    "UnitRunner",
+    "transactions_of",
+    "wrapped_like",
+]

@@ -1,0 +1,368 @@
+"""Check-back: resolving transactions whose producer went silent (RocketMQ's transaction check).
+
+A *round* claims the due halves -- ``next_check_at`` has passed and no decision arrived -- in the
+store, so several brokers on one database never check one half twice, and decides for each:
+
+* its topic is gone, or it was checked ``transaction_check_max`` times: park it as DISCARDED (a copy
+  goes to ``RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``); it stays resolvable by its producer or an operator;
+* no instance of its producer group is live: skip it -- the round costs it nothing;
+* live instances, but every one is kept aside as unreachable: skip it too, uncounted, noting why;
+* otherwise choose one reachable live instance (round-robin, preferring instances that declared
+  the topic): a push instance gets an HTTP check now; a pull instance gets the check assigned.
+
+``check_times`` counts only checks that reached an instance: a push check once the scheduler knows
+the producer received it (:meth:`CheckBack.delivered`: an answer, an error status, a time-out after
+the request was sent), a pull check when the instance takes it.  A push check that reached nobody
+(refused, reset, a connect time-out, a DNS or TLS failure) is :meth:`CheckBack.undelivered`: the
+instance is kept aside for ``unreachable_ms`` and the check goes to another reachable instance in
+the same round, or the half waits a round, uncounted.  A half whose checks keep failing delivery is
+reported after ``undelivered_alert_ms``, never discarded for it.  A broker that dies between claim
+and send leaves only the claim, which expires.
+
+The answer is applied exactly like a producer's own commit or rollback (``ResolvedBy.CHECK``).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_service.domain import names
+from broker_service.domain.config import CheckPolicy
+from broker_service.domain.errors import Conflict
+from broker_service.domain.messages.model import StoredMessage
+from broker_service.domain.ports import StoreTx
+from broker_service.domain.transactions.halves import unknown_transaction
+from broker_service.domain.transactions.model import (
+    ProducerInstance,
+    TransactionRecord,
+    TransactionState,
+)
+
+DISCARD_CHECK_MAX = "CHECK_MAX"
+DISCARD_TOPIC_DELETED = "TOPIC_DELETED"
+DISCARD_HALF_MISSING = "HALF_MISSING"
+
+_OPEN_STATES = (TransactionState.PREPARED, TransactionState.DISCARDED)
+_ERROR_MAX = 1000  # characters of a delivery error kept with the half and the instance
+
+
+def _client(instance: ProducerInstance) -> str:
+    return instance.client_id
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """What a producer is asked: RocketMQ's checkLocalTransaction(msg)."""
+
+    transaction_id: str
+    producer_group: str
+    msg_id: str
+    topic: str
+    tags: str | None
+    keys: tuple[str, ...]
+    body: bytes
+    encoding: str
+    properties: dict[str, str]
+    check_times: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushCheck:
+    request: CheckRequest
+    instance: ProducerInstance
+
+
+@dataclass(frozen=True, slots=True)
+class Overdue:
+    """A half whose checks have failed to reach any instance since ``since``."""
+
+    transaction_id: str
+    producer_group: str
+    since: int
+    error: str
+
+
+@dataclass(slots=True)
+class RoundReport:
+    claimed: int = 0
+    pushes: list[PushCheck] = field(default_factory=list)
+    pull_assigned: Counter[tuple[str, str]] = field(default_factory=Counter)
+    skipped_no_producer: list[str] = field(default_factory=list)
+    skipped_unreachable: list[str] = field(default_factory=list)
+    discarded: list[tuple[str, str]] = field(default_factory=list)
+    overdue: list[Overdue] = field(default_factory=list)
+
+
+def choose_instance(
+    instances: Sequence[ProducerInstance], topic: str, turn: int
+) -> ProducerInstance:
+    """Round-robin over the live instances, those that declared ``topic`` first."""
+    declared = [i for i in instances if topic in i.topics]
+    pool = declared or list(instances)
+    return pool[turn % len(pool)]
+
+
+def check_payload(request: CheckRequest) -> dict[str, Any]:
+    """The check as producers receive it (docs/api.md, "Push checks" and "Pull checks"): a push
+    check's body, an item of a pull answer."""
+    if request.encoding == "base64":
+        body = base64.b64encode(request.body).decode("ascii")
+    else:
+        body = request.body.decode("utf-8", errors="surrogateescape")
+    return {
+        "transaction_id": request.transaction_id,
+        "producer_group": request.producer_group,
+        "msg_id": request.msg_id,
+        "topic": request.topic,
+        "tags": request.tags,
+        "keys": list(request.keys),
+        "body": body,
+        "encoding": request.encoding,
+        "properties": request.properties,
+        "check_times": request.check_times,
+    }
+
+
+def check_request(record: TransactionRecord, half: StoredMessage, check_times: int) -> CheckRequest:
+    return CheckRequest(
+        transaction_id=record.transaction_id,
+        producer_group=record.producer_group,
+        msg_id=record.msg_id,
+        topic=record.topic,
+        tags=half.tags,
+        keys=half.keys,
+        body=half.body,
+        encoding=half.encoding,
+        properties=dict(half.properties),
+        check_times=check_times,
+    )
+
+
+class CheckBack:
+    def __init__(self, policy: CheckPolicy, clock: Callable[[], int]) -> None:
+        self.policy = policy
+        self.clock = clock
+        self._turns: Counter[str] = Counter()
+
+    # -- the scheduler's round -----------------------------------------------------------------
+
+    def claim_round(self, limit: int) -> Callable[[StoreTx], RoundReport]:
+        def unit(tx: StoreTx) -> RoundReport:
+            now = self.clock()
+            report = RoundReport()
+            due = tx.claim_due_transactions(now, limit)
+            report.claimed = len(due)
+            live: dict[str, list[ProducerInstance]] = {}
+            for record in due:
+                self._decide(tx, record, now, live, report)
+            return report
+
+        return unit
+
+    def _decide(
+        self,
+        tx: StoreTx,
+        record: TransactionRecord,
+        now: int,
+        live: dict[str, list[ProducerInstance]],
+        report: RoundReport,
+    ) -> None:
+        policy = self.policy
+        half = tx.get_message_at(names.HALF_TOPIC, 0, record.half_offset)
+        reason = None
+        if half is None:
+            reason = DISCARD_HALF_MISSING
+        elif record.state is TransactionState.PREPARED:
+            if tx.get_topic(record.topic) is None:
+                reason = DISCARD_TOPIC_DELETED
+            elif record.check_times >= policy.check_max:
+                reason = DISCARD_CHECK_MAX
+        if reason is not None:
+            if self._discard(tx, record, half, reason, now):
+                report.discarded.append((record.transaction_id, reason))
+            return
+        assert half is not None
+        group = record.producer_group
+        if group not in live:
+            since = now - policy.producer_expiry_ms
+            live[group] = sorted(tx.live_producers(group, since), key=_client)
+        if not live[group]:
+            tx.schedule_check(record.transaction_id, now + policy.interval_ms)
+            report.skipped_no_producer.append(record.transaction_id)
+            return
+        request = check_request(record, half, record.check_times + 1)
+        if record.check_pending_pull:  # its last assignment was never taken: it reached nobody
+            error = f"{record.check_client_id}: a pull check not taken within an interval"
+            self._note_undelivered(tx, request, error, now, report)
+        self._dispatch(tx, request, live[group], now, report)
+
+    def _dispatch(
+        self,
+        tx: StoreTx,
+        request: CheckRequest,
+        instances: Sequence[ProducerInstance],
+        now: int,
+        report: RoundReport,
+    ) -> None:
+        """Hand the check to a reachable instance; with none, the half waits a round, uncounted."""
+        policy, transaction_id, group = self.policy, request.transaction_id, request.producer_group
+        reachable = [i for i in instances if i.reachable(now)]
+        if not reachable:
+            tx.schedule_check(transaction_id, now + policy.interval_ms)
+            report.skipped_unreachable.append(transaction_id)
+            error = "no reachable instance: " + "; ".join(
+                f"{i.client_id}: {i.last_error}" for i in instances
+            )
+            self._note_undelivered(tx, request, error, now, report)
+            return
+        instance = choose_instance(reachable, request.topic, self._turns[group])
+        self._turns[group] += 1
+        # a push is in flight until well after it has had its answer; a pull waits an interval
+        in_flight = policy.interval_ms
+        if instance.push:
+            in_flight += 2 * policy.push_timeout_ms
+        tx.assign_check(
+            transaction_id,
+            client_id=instance.client_id,
+            pending_pull=not instance.push,
+            until=now + in_flight,
+            claimed_by=policy.broker_id,
+        )
+        if instance.push:
+            report.pushes.append(PushCheck(request, instance))
+        else:
+            report.pull_assigned[(group, instance.client_id)] += 1
+
+    def _note_undelivered(
+        self, tx: StoreTx, request: CheckRequest, error: str, now: int, report: RoundReport
+    ) -> None:
+        since = tx.note_undelivered(request.transaction_id, error[:_ERROR_MAX], now)
+        if since is not None and now - since >= self.policy.undelivered_alert_ms:
+            report.overdue.append(
+                Overdue(request.transaction_id, request.producer_group, since, error)
+            )
+
+    def _discard(
+        self,
+        tx: StoreTx,
+        record: TransactionRecord,
+        half: StoredMessage | None,
+        reason: str,
+        now: int,
+    ) -> bool:
+        if not tx.discard_transaction(record.transaction_id, now, reason):
+            return False
+        if half is not None:
+            parked = half.copy_to(
+                names.CHECK_MAX_TIME_TOPIC,
+                0,
+                stored_at=now,
+                properties={**half.properties, "DISCARD_REASON": reason},
+            )
+            parked.sharding_key = None  # the parked copy has never carried it
+            tx.append(parked)
+        return True
+
+    # -- pull mode --------------------------------------------------------------------------------
+
+    def take_pull_checks(
+        self, group: str, client_id: str, limit: int
+    ) -> Callable[[StoreTx], list[CheckRequest]]:
+        names.check_name(group, "producer group")
+
+        def unit(tx: StoreTx) -> list[CheckRequest]:
+            now = self.clock()
+            requests = []
+            for record in tx.pending_pull_checks(group, client_id, limit):
+                half = tx.get_message_at(names.HALF_TOPIC, 0, record.half_offset)
+                if half is None:
+                    continue
+                tx.mark_pulled(record.transaction_id, now, now + self.policy.interval_ms)
+                requests.append(check_request(record, half, record.check_times + 1))
+            return requests
+
+        return unit
+
+    # -- what became of a push ------------------------------------------------------------------
+
+    def delivered(
+        self, transaction_id: str, *, error: str | None = None, decided: bool = False
+    ) -> Callable[[StoreTx], None]:
+        """The producer received the check: count it.  Unless its answer decided the transaction
+        (the caller resolves it next), check again an interval later; a DISCARDED half that an
+        operator had checked stays parked."""
+
+        def unit(tx: StoreTx) -> None:
+            now = self.clock()
+            tx.count_check(transaction_id, now, None if error is None else error[:_ERROR_MAX])
+            if not decided:
+                tx.finish_check(transaction_id, now + self.policy.interval_ms)
+
+        return unit
+
+    def undelivered(
+        self, check: PushCheck, error: str, *, set_aside: bool = True
+    ) -> Callable[[StoreTx], RoundReport]:
+        """The check reached nobody: nothing is counted, the instance is kept aside for a while
+        (unless ``set_aside`` is False: it is only busy, it answered other checks just now), and
+        the check goes to another reachable live instance of the group now (the report's push or
+        pull assignment) or, with none, the half waits a round."""
+
+        def unit(tx: StoreTx) -> RoundReport:
+            now, policy = self.clock(), self.policy
+            instance, request = check.instance, check.request
+            described = f"{instance.client_id}: {error}"[:_ERROR_MAX]
+            if set_aside:
+                tx.mark_unreachable(
+                    instance.producer_group,
+                    instance.client_id,
+                    until=now + policy.unreachable_ms,
+                    error=described,
+                    now=now,
+                )
+            report = RoundReport()
+            record = tx.get_transaction(request.transaction_id)
+            if record is None or record.state not in _OPEN_STATES:
+                return report  # decided meanwhile: nothing left to check
+            self._note_undelivered(tx, request, described, now, report)
+            since = now - policy.producer_expiry_ms
+            instances = [
+                i
+                for i in sorted(tx.live_producers(request.producer_group, since), key=_client)
+                if i.client_id != instance.client_id
+            ]
+            if instances:
+                self._dispatch(tx, request, instances, now, report)
+            else:
+                tx.schedule_check(request.transaction_id, now + policy.interval_ms)
+                report.skipped_unreachable.append(request.transaction_id)
+            return report
+
+        return unit
+
+    # -- operators --------------------------------------------------------------------------------
+
+    def check_now(self, transaction_id: str) -> Callable[[StoreTx], TransactionRecord]:
+        """An operator's "check again now", also for a DISCARDED half."""
+
+        def unit(tx: StoreTx) -> TransactionRecord:
+            record = tx.get_transaction(transaction_id)
+            if record is None:
+                raise unknown_transaction(transaction_id)
+            if record.state in (TransactionState.COMMITTED, TransactionState.ROLLED_BACK):
+                raise Conflict(
+                    f"transaction {transaction_id} is already {record.state.value}",
+                    code="TRANSACTION_ALREADY_RESOLVED",
+                    transaction_id=transaction_id,
+                    state=record.state.value,
+                )
+            tx.force_check(transaction_id, self.clock())
+            refreshed = tx.get_transaction(transaction_id)
+            assert refreshed is not None
+            return refreshed
+
+        return unit

@@ -1,0 +1,164 @@
+"""``TransactionService``: the half-message use cases -- halves, commit and rollback, producer
+instances, check-back -- each one unit of work on the store.
+
+The transaction and producer-group routes call these methods; so does the check-back scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from broker_service.domain import names
+from broker_service.domain.messages.model import MessageDraft
+from broker_service.domain.messages.sending import Sender
+from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.transactions.callbacks import CallbackPolicy
+from broker_service.domain.transactions.checkback import (
+    CheckBack,
+    CheckRequest,
+    PushCheck,
+    RoundReport,
+)
+from broker_service.domain.transactions.halves import (
+    HalfReceipt,
+    Resolution,
+    Transactions,
+    unknown_transaction,
+)
+from broker_service.domain.transactions.model import (
+    Decision,
+    ProducerInstance,
+    ResolvedBy,
+    TransactionRecord,
+    TransactionState,
+)
+
+
+class TransactionService:
+    def __init__(
+        self,
+        store: Store,
+        sender: Sender,
+        checkback: CheckBack,
+        callbacks: CallbackPolicy | None = None,
+    ) -> None:
+        """``sender``: shared with the message service (one round-robin over the queues);
+        ``callbacks``: where a heartbeat's callback URL may point (default: its own address)."""
+        self.store = store
+        self.transactions = Transactions(sender)
+        self.checkback = checkback
+        self.callbacks = callbacks or CallbackPolicy()
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        return self.transactions.clock
+
+    # -- halves, commit and rollback -----------------------------------------------------------
+
+    async def prepare(
+        self,
+        topic: str,
+        draft: MessageDraft,
+        producer_group: str,
+        check_immunity_seconds: float | None,
+    ) -> HalfReceipt:
+        unit = self.transactions.prepare(topic, draft, producer_group, check_immunity_seconds)
+        return await self.store.write(unit)
+
+    async def resolve(
+        self,
+        transaction_id: str,
+        decision: Decision,
+        producer_group: str | None,
+        by: ResolvedBy,
+        may_end: Callable[[TransactionRecord], None] | None = None,
+    ) -> Resolution:
+        unit = self.transactions.resolve(transaction_id, decision, producer_group, by, may_end)
+        return await self.store.write(unit)
+
+    async def get_transaction(self, transaction_id: str) -> TransactionRecord:
+        def unit(tx: StoreTx) -> TransactionRecord:
+            record = tx.get_transaction(transaction_id)
+            if record is None:
+                raise unknown_transaction(transaction_id)
+            return record
+
+        return await self.store.read(unit)
+
+    async def list_transactions(
+        self,
+        state: TransactionState | None,
+        producer_group: str | None,
+        older_than_seconds: float | None,
+        limit: int,
+    ) -> list[TransactionRecord]:
+        created_before = (
+            None if older_than_seconds is None else self.clock() - int(older_than_seconds * 1000)
+        )
+        return await self.store.read(
+            lambda tx: tx.list_transactions(state, producer_group, created_before, limit)
+        )
+
+    # -- producer instances --------------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        group: str,
+        client_id: str,
+        callback_url: str | None,
+        topics: Sequence[str],
+        access_key: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        """``source``: the address the heartbeat came from, the one a callback URL may name."""
+        if callback_url is not None:
+            self.callbacks.check(callback_url, source)
+        names.check_name(group, "producer group")
+        now = self.clock()
+        await self.store.write(
+            lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now, access_key)
+        )
+
+    async def producer_group(self, group: str) -> list[ProducerInstance]:
+        names.check_name(group, "producer group")
+        return await self.store.read(lambda tx: tx.list_producers(group))
+
+    async def delete_producer_group(self, group: str) -> int:
+        """Forget a group's instances: its halves wait (skipped, not burned) until one returns."""
+        names.check_name(group, "producer group")
+        return await self.store.write(lambda tx: tx.delete_producer_group(group))
+
+    # -- check-back ----------------------------------------------------------------------------
+
+    async def claim_round(self, limit: int) -> RoundReport:
+        """The scheduler's round: claim up to ``limit`` due halves and decide for each."""
+        return await self.store.write(self.checkback.claim_round(limit))
+
+    async def check_received(
+        self, transaction_id: str, *, error: str | None = None, decided: bool = False
+    ) -> None:
+        """A push check reached its instance (see :meth:`CheckBack.delivered`)."""
+        await self.store.write(
+            self.checkback.delivered(transaction_id, error=error, decided=decided)
+        )
+
+    async def check_undelivered(
+        self, check: PushCheck, error: str, *, set_aside: bool = True
+    ) -> RoundReport:
+        """A push check reached nobody (see :meth:`CheckBack.undelivered`)."""
+        return await self.store.write(self.checkback.undelivered(check, error, set_aside=set_aside))
+
+    async def pull_checks(self, group: str, client_id: str, limit: int) -> list[CheckRequest]:
+        return await self.store.write(self.checkback.take_pull_checks(group, client_id, limit))
+
+    async def check_now(self, transaction_id: str) -> TransactionRecord:
+        return await self.store.write(self.checkback.check_now(transaction_id))
+
+    async def pending_by_age(self, ages_ms: Sequence[int]) -> dict[int, int]:
+        now = self.clock()
+        return await self.store.read(lambda tx: tx.pending_by_age(now, ages_ms))
+
+    async def undelivered_halves(self, older_than_ms: int) -> int:
+        """Open halves whose checks have reached no instance for at least this long."""
+        before = self.clock() - older_than_ms
+        return await self.store.read(lambda tx: tx.undelivered_halves(before))

@@ -1,0 +1,71 @@
+"""PostgreSQL: consumer units of work on their own pooled connections, side by side, instead of
+queueing behind the group-commit writer (the domain's ``UnitRunner``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from broker_service.acl import nonces
+from broker_service.acl.nonces import NonceKey
+from broker_service.domain.errors import DomainError, NotReady
+from broker_service.store.sqltx import SqlTx
+
+T = TypeVar("T")
+
+_RETRIES = 3
+
+
+class ConcurrentUnits:
+    """Claims are row locks taken with ``SKIP LOCKED`` -- exactly what lets several brokers share one
+    database -- so receives, acks and nacks of one broker may run in parallel the same way.  A
+    receive or change-invisible commits with ``synchronous_commit = off``: losing its lease in a
+    database crash only hands the message out again (at least once).  Acks and nacks commit as the
+    ``flush`` setting says, like every other write.  Leases and durable units run on two pools
+    (``engine.make_claims_engine``), so that neither needs a ``SET LOCAL`` of its own.
+    """
+
+    def __init__(
+        self,
+        leases: Engine,
+        durable: Engine,
+        *,
+        ready: Callable[[], bool],
+        inflight: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
+        """``durable``: the pool of acks and nacks (the leases' own under ``flush: async``);
+        ``inflight``: held while a unit runs (the store's, so that closing waits for it)."""
+        self.leases = leases
+        self.durable = durable
+        self.ready = ready
+        self.inflight = inflight
+
+    async def run(self, unit: Callable[[Any], T], *, lease_only: bool = False) -> T:
+        if not self.ready():
+            raise NotReady("the broker is not ready: the store's schema is not current")
+        engine = self.leases if lease_only else self.durable
+        return await anyio.to_thread.run_sync(self._run, unit, engine, nonces.take())
+
+    def _run(self, unit: Callable[[Any], T], engine: Engine, nonce: NonceKey | None) -> T:
+        error: Exception | None = None
+        for _ in range(_RETRIES):
+            try:
+                with self.inflight(), engine.begin() as conn:
+                    tx = SqlTx(conn)
+                    if nonce is not None and not tx.remember_nonces([nonce])[0]:
+                        raise nonces.replayed_error(nonce)
+                    result = unit(tx)
+                    tx.flush()
+                return result
+            except DomainError:
+                raise
+            except (IntegrityError, OperationalError) as exc:  # a lost race, a deadlock: again
+                error = exc
+            except DBAPIError as exc:
+                raise NotReady(f"the store failed: {exc.orig}", code="STORE_UNAVAILABLE") from exc
+        raise NotReady(f"the store failed: {error}", code="STORE_UNAVAILABLE") from error
