@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from tests.support import PG_BASE_URL, BrokerProcess, InProcessBroker, free_port
+from tests.support import PG_BASE_URL, BrokerApp, BrokerProcess, free_port
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -84,9 +84,9 @@ def migrated_url(store_url: str) -> str:
 
 
 @pytest.fixture
-async def broker(migrated_url: str) -> AsyncIterator[InProcessBroker]:
+async def broker(migrated_url: str) -> AsyncIterator[BrokerApp]:
     """The real broker app in this process, over an httpx ASGI transport."""
-    async with InProcessBroker.start(database_url=migrated_url) as running:
+    async with BrokerApp.start(database_url=migrated_url) as running:
         yield running
 
 

@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 @dataclass
-class InProcessBroker:
+class BrokerApp:
     client: httpx.AsyncClient
     settings: BrokerSettings
     app: FastAPI | None = None  # None for a broker in another process reached over HTTP
@@ -48,7 +48,7 @@ class InProcessBroker:
 
     @classmethod
     @asynccontextmanager
-    async def start(cls, **settings: Any) -> AsyncIterator[InProcessBroker]:
+    async def start(cls, **settings: Any) -> AsyncIterator[BrokerApp]:
         config = BrokerSettings(**settings)
         app = build_app(config)
         async with LifespanManager(app) as manager:

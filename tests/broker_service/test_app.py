@@ -6,7 +6,7 @@ import gc
 
 from broker_service.app import SERVER_GC_THRESHOLD, build_app
 from broker_service.settings import BrokerSettings
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 
 async def test_a_broker_process_freezes_its_start_up_heap_and_a_plain_app_does_not(
@@ -35,7 +35,7 @@ async def test_a_broker_process_freezes_its_start_up_heap_and_a_plain_app_does_n
 
 
 async def test_the_batch_body_is_a_named_component_of_the_openapi_schema(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     """The batch route parses its own body (api/schemas/bodies.py) and still declares it as FastAPI
     declares a body parameter: a reference to a component, whose references resolve."""

@@ -15,7 +15,7 @@ import pytest
 
 from broker_service.api.permissions import RULES
 from framework.signing import Credentials, HalfmqAuth, sign_headers
-from tests.support import BrokerProcess, InProcessBroker, free_port, wait_until
+from tests.support import BrokerApp, BrokerProcess, free_port, wait_until
 
 ACL = """\
 globalWhiteRemoteAddresses:
@@ -81,7 +81,7 @@ def _route_table(app: Any) -> list[tuple[str, str]]:
 async def test_every_route_of_the_app_refuses_an_unsigned_request(
     migrated_url: str, acl_file: Path
 ) -> None:
-    async with InProcessBroker.start(database_url=migrated_url, acl_file=acl_file) as broker:
+    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
         table = _route_table(broker.app)
         assert len(table) >= 40
         public = {"/healthz", "/readyz"}
@@ -265,7 +265,7 @@ def test_hot_reload_grants_revokes_and_keeps_the_last_good_version(
 
 
 async def test_the_framework_signs_by_itself_in_process(migrated_url: str, acl_file: Path) -> None:
-    async with InProcessBroker.start(database_url=migrated_url, acl_file=acl_file) as broker:
+    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
         signed = httpx.AsyncClient(transport=broker.client._transport, base_url="http://broker",
                                    auth=HalfmqAuth(OPERATOR))  # fmt: skip
         async with signed:

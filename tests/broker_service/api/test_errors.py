@@ -19,7 +19,7 @@ from alembic import command
 from sqlalchemy import create_engine, text
 
 from broker_service.store import migrate
-from tests.support import BrokerProcess, InProcessBroker, free_port
+from tests.support import BrokerApp, BrokerProcess, free_port
 
 ENVELOPE_KEYS = {"error"}
 ERROR_KEYS = {"code", "message", "detail"}
@@ -43,7 +43,7 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     return detail
 
 
-async def post_json(broker: InProcessBroker, path: str, raw: str | bytes) -> httpx.Response:
+async def post_json(broker: BrokerApp, path: str, raw: str | bytes) -> httpx.Response:
     return await broker.client.post(path, content=raw, headers={"content-type": "application/json"})
 
 
@@ -60,9 +60,7 @@ async def post_json(broker: InProcessBroker, path: str, raw: str | bytes) -> htt
     ],
 )
 @pytest.mark.parametrize("path", ["/v1/topics/t/messages", "/v1/topics/t/messages:batch"])
-async def test_malformed_json_is_400_invalid_json(
-    broker: InProcessBroker, raw: str, path: str
-) -> None:
+async def test_malformed_json_is_400_invalid_json(broker: BrokerApp, raw: str, path: str) -> None:
     # The batch route validates its body from the bytes itself (api/schemas/bodies.py): same answers.
     await broker.topic("t")
     assert_error(await post_json(broker, path, raw), 400, "INVALID_JSON")
@@ -85,13 +83,13 @@ async def test_malformed_json_is_400_invalid_json(
     ],
 )
 async def test_a_bad_topic_name_is_400(
-    broker: InProcessBroker, method: str, path: str, body: Any
+    broker: BrokerApp, method: str, path: str, body: Any
 ) -> None:
     response = await broker.client.request(method, path, json=body)
     assert_error(response, 400, "INVALID_TOPIC_NAME")
 
 
-async def test_a_bad_producer_group_name_is_400(broker: InProcessBroker) -> None:
+async def test_a_bad_producer_group_name_is_400(broker: BrokerApp) -> None:
     await broker.topic("t")
     half = await broker.client.post(
         "/v1/transactions", json={"topic": "t", "producer_group": "g/1", "body": "x"}
@@ -115,14 +113,12 @@ async def test_a_bad_producer_group_name_is_400(broker: InProcessBroker) -> None
         ),
     ],
 )
-async def test_a_system_topic_is_400(
-    broker: InProcessBroker, method: str, path: str, body: Any
-) -> None:
+async def test_a_system_topic_is_400(broker: BrokerApp, method: str, path: str, body: Any) -> None:
     detail = assert_error(await broker.client.request(method, path, json=body), 400, "SYSTEM_TOPIC")
     assert detail["topic"].startswith(("RMQ_SYS_", "SCHEDULE_TOPIC_"))
 
 
-async def test_a_name_with_a_trailing_newline_is_400(broker: InProcessBroker) -> None:
+async def test_a_name_with_a_trailing_newline_is_400(broker: BrokerApp) -> None:
     response = await broker.client.post("/v1/topics", json={"name": "abc\n"})
     assert_error(response, 400, "INVALID_TOPIC_NAME")
 
@@ -150,7 +146,7 @@ async def test_a_name_with_a_trailing_newline_is_400(broker: InProcessBroker) ->
     ],
 )
 async def test_wrong_types_and_values_are_422_invalid_request(
-    broker: InProcessBroker, body: dict[str, Any], where: str
+    broker: BrokerApp, body: dict[str, Any], where: str
 ) -> None:
     await broker.topic("t")
     raw = json.dumps(body)  # escapes a lone surrogate as \ud800, as a client library would
@@ -174,7 +170,7 @@ async def test_wrong_types_and_values_are_422_invalid_request(
         pytest.param('{"body": "x", "deliver_at": NaN}', "deliver_at", id="nan"),
     ],
 )
-async def test_non_finite_numbers_are_422(broker: InProcessBroker, raw: str, where: str) -> None:
+async def test_non_finite_numbers_are_422(broker: BrokerApp, raw: str, where: str) -> None:
     await broker.topic("t")
     detail = assert_error(
         await post_json(broker, "/v1/topics/t/messages", raw), 422, "INVALID_REQUEST"
@@ -201,7 +197,7 @@ async def test_non_finite_numbers_are_422(broker: InProcessBroker, raw: str, whe
     ],
 )
 async def test_a_batch_body_that_is_not_a_batch_is_422(
-    broker: InProcessBroker, raw: bytes, content_type: str | None
+    broker: BrokerApp, raw: bytes, content_type: str | None
 ) -> None:
     """What a FastAPI body parameter answers, from the route that parses its own body."""
     await broker.topic("t")
@@ -213,7 +209,7 @@ async def test_a_batch_body_that_is_not_a_batch_is_422(
     assert all(q["max_offset"] == 0 for q in topic["queue_offsets"]), "nothing stored"
 
 
-async def test_a_batch_of_a_thousand_and_one_is_422(broker: InProcessBroker) -> None:
+async def test_a_batch_of_a_thousand_and_one_is_422(broker: BrokerApp) -> None:
     await broker.topic("t")
     batch = {"messages": [{"body": "x"}] * 1001}
     response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
@@ -236,7 +232,7 @@ async def test_a_batch_of_a_thousand_and_one_is_422(broker: InProcessBroker) -> 
     ],
 )
 async def test_bad_query_parameters_are_422(
-    broker: InProcessBroker, path: str, params: dict[str, Any]
+    broker: BrokerApp, path: str, params: dict[str, Any]
 ) -> None:
     assert_error(await broker.client.get(path, params=params), 422, "INVALID_REQUEST")
 
@@ -266,7 +262,7 @@ async def test_bad_query_parameters_are_422(
     ],
 )
 async def test_bad_values_the_domain_checks_are_422_with_their_code(
-    broker: InProcessBroker, message: dict[str, Any], code: str
+    broker: BrokerApp, message: dict[str, Any], code: str
 ) -> None:
     await broker.topic("t", queues=4)
     raw = json.dumps(message)
@@ -280,7 +276,7 @@ async def test_bad_values_the_domain_checks_are_422_with_their_code(
     assert_error(await post_json(broker, "/v1/transactions", json.dumps(half)), 422, code)
 
 
-async def test_a_bad_batch_stores_nothing(broker: InProcessBroker) -> None:
+async def test_a_bad_batch_stores_nothing(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     batch = {"messages": [{"body": "good"}, {"body": "bad", "tags": "a b"}]}
     assert_error(
@@ -320,26 +316,26 @@ async def test_a_bad_batch_stores_nothing(broker: InProcessBroker) -> None:
     ],
 )
 async def test_unknown_things_are_404(
-    broker: InProcessBroker, method: str, path: str, body: Any, code: str
+    broker: BrokerApp, method: str, path: str, body: Any, code: str
 ) -> None:
     assert_error(await broker.client.request(method, path, json=body), 404, code)
 
 
-async def test_a_wrong_method_is_405_in_the_envelope(broker: InProcessBroker) -> None:
+async def test_a_wrong_method_is_405_in_the_envelope(broker: BrokerApp) -> None:
     assert_error(await broker.client.put("/v1/topics"), 405, "METHOD_NOT_ALLOWED")
 
 
 # -- 409: conflicts -------------------------------------------------------------------------------
 
 
-async def test_a_topic_with_another_config_is_409(broker: InProcessBroker) -> None:
+async def test_a_topic_with_another_config_is_409(broker: BrokerApp) -> None:
     await broker.topic("t", queues=2)
     response = await broker.client.post("/v1/topics", json={"name": "t", "queues": 3})
     detail = assert_error(response, 409, "TOPIC_EXISTS")
     assert detail["queues"] == 2
 
 
-async def test_commit_after_rollback_is_409(broker: InProcessBroker) -> None:
+async def test_commit_after_rollback_is_409(broker: BrokerApp) -> None:
     await broker.topic("t")
     half = await broker.client.post(
         "/v1/transactions", json={"topic": "t", "producer_group": "g", "body": "x"}
@@ -356,7 +352,7 @@ async def test_commit_after_rollback_is_409(broker: InProcessBroker) -> None:
     assert detail["state"] == "ROLLED_BACK"
 
 
-async def test_the_same_msg_id_with_other_content_is_409(broker: InProcessBroker) -> None:
+async def test_the_same_msg_id_with_other_content_is_409(broker: BrokerApp) -> None:
     await broker.topic("t")
     first = await broker.client.post("/v1/topics/t/messages", json={"body": "a", "msg_id": "m-1"})
     assert first.status_code == 201
@@ -370,13 +366,13 @@ SMALL = 1000  # max_message_bytes; a request may carry 1000 * 4 // 3 + 64 KiB = 
 
 
 @pytest.fixture
-async def small_broker(migrated_url: str) -> AsyncIterator[InProcessBroker]:
-    async with InProcessBroker.start(database_url=migrated_url, max_message_bytes=SMALL) as running:
+async def small_broker(migrated_url: str) -> AsyncIterator[BrokerApp]:
+    async with BrokerApp.start(database_url=migrated_url, max_message_bytes=SMALL) as running:
         await running.topic("t")
         yield running
 
 
-async def test_a_message_over_max_message_bytes_is_413(small_broker: InProcessBroker) -> None:
+async def test_a_message_over_max_message_bytes_is_413(small_broker: BrokerApp) -> None:
     """Under the request limit, over the message limit: the per-message check answers."""
     response = await small_broker.client.post("/v1/topics/t/messages", json={"body": "x" * 1001})
     detail = assert_error(response, 413, "MESSAGE_TOO_LARGE")
@@ -390,7 +386,7 @@ async def test_a_message_over_max_message_bytes_is_413(small_broker: InProcessBr
 
 
 async def test_a_batch_message_over_max_message_bytes_is_413_and_stores_nothing(
-    small_broker: InProcessBroker,
+    small_broker: BrokerApp,
 ) -> None:
     """A batch of bodies alone (sent as columns) is checked as its messages are one by one."""
     for encoding, big in (
@@ -407,16 +403,14 @@ async def test_a_batch_message_over_max_message_bytes_is_413_and_stores_nothing(
     assert sum(q["max_offset"] for q in topic["queue_offsets"]) == 2, "only the batch under it"
 
 
-async def test_a_body_declared_over_the_limit_is_413(small_broker: InProcessBroker) -> None:
+async def test_a_body_declared_over_the_limit_is_413(small_broker: BrokerApp) -> None:
     body = json.dumps({"body": "x" * 70_000})
     response = await post_json(small_broker, "/v1/topics/t/messages", body)
     assert_error(response, 413, "MESSAGE_TOO_LARGE")
 
 
 @pytest.mark.parametrize("path", ["/v1/topics/t/messages", "/v1/topics/t/messages:batch"])
-async def test_a_streamed_body_over_the_limit_is_413(
-    small_broker: InProcessBroker, path: str
-) -> None:
+async def test_a_streamed_body_over_the_limit_is_413(small_broker: BrokerApp, path: str) -> None:
     """No Content-Length: the limit is counted as the chunks arrive."""
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -496,7 +490,7 @@ def stale_url(request: pytest.FixtureRequest, store_url: str) -> str:
 
 
 async def test_a_store_with_another_schema_is_503_not_ready(stale_url: str) -> None:
-    async with InProcessBroker.start(database_url=stale_url, scheduler=False) as broker:
+    async with BrokerApp.start(database_url=stale_url, scheduler=False) as broker:
         ready = await broker.client.get("/readyz")
         assert_error(ready, 503, "NOT_READY")
         assert "halfmq db upgrade" in ready.json()["error"]["message"]
@@ -542,7 +536,7 @@ async def test_a_store_with_another_schema_is_503_not_ready(stale_url: str) -> N
     ],
 )
 async def test_hostile_input_is_a_4xx_envelope(
-    broker: InProcessBroker, method: str, path: str, raw: str | None
+    broker: BrokerApp, method: str, path: str, raw: str | None
 ) -> None:
     await broker.topic("t")
     headers = {"content-type": "application/json"}

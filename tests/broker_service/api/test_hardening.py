@@ -44,7 +44,7 @@ from framework import (
     TransactionProducer,
 )
 from halfmq.cli import app as cli
-from tests.support import BrokerProcess, InProcessBroker, free_port, wait_until
+from tests.support import BrokerApp, BrokerProcess, free_port, wait_until
 
 FAST = (
     "--transaction-timeout-seconds", "0.5",
@@ -454,7 +454,7 @@ async def test_in_process_brokers_answer_their_own_host_and_refuse_others(
     sqlite_url: str,
 ) -> None:
     migrate.upgrade(sqlite_url)
-    async with InProcessBroker.start(database_url=sqlite_url, scheduler=False) as broker:
+    async with BrokerApp.start(database_url=sqlite_url, scheduler=False) as broker:
         assert (await broker.client.get("/healthz")).status_code == 200  # Host: broker
         refused = await broker.client.get("/healthz", headers={"Host": "evil.example"})
         assert_envelope(refused, 400, "INVALID_HOST")
@@ -462,7 +462,7 @@ async def test_in_process_brokers_answer_their_own_host_and_refuse_others(
 
 async def test_allowed_hosts_setting_with_a_domain_wildcard(sqlite_url: str) -> None:
     migrate.upgrade(sqlite_url)
-    async with InProcessBroker.start(
+    async with BrokerApp.start(
         database_url=sqlite_url, scheduler=False, allowed_hosts="*.example.com, broker.lan"
     ) as broker:
         for host, status in [
@@ -478,7 +478,7 @@ async def test_allowed_hosts_setting_with_a_domain_wildcard(sqlite_url: str) -> 
 
 async def test_max_delay_seconds_is_a_setting(sqlite_url: str) -> None:
     migrate.upgrade(sqlite_url)
-    async with InProcessBroker.start(
+    async with BrokerApp.start(
         database_url=sqlite_url, scheduler=False, max_delay_seconds=60
     ) as broker:
         await broker.topic("t", queues=1)

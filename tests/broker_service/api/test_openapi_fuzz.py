@@ -26,7 +26,7 @@ from schemathesis.python import asgi as schemathesis_asgi
 from broker_service.api.schemas.common import TEXT_PATTERN
 from broker_service.app import build_app
 from broker_service.settings import BrokerSettings
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 POSITIVE = schemathesis.GenerationMode.POSITIVE
 NEGATIVE = schemathesis.GenerationMode.NEGATIVE
@@ -71,7 +71,7 @@ class Seed:
 
 @pytest.fixture
 async def seed(migrated_url: str) -> Seed:
-    async with InProcessBroker.start(database_url=migrated_url) as broker:
+    async with BrokerApp.start(database_url=migrated_url) as broker:
         topic = await broker.topic("fuzz", queues=4)
         half = await broker.client.post(
             "/v1/transactions",

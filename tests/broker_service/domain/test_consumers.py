@@ -14,14 +14,14 @@ import httpx
 import pytest
 
 from broker_service.settings import BrokerSettings
-from tests.support import BrokerProcess, InProcessBroker, free_port
+from tests.support import BrokerApp, BrokerProcess, free_port
 
 
 @pytest.fixture
-async def broker(broker_process: BrokerProcess) -> AsyncIterator[InProcessBroker]:
+async def broker(broker_process: BrokerProcess) -> AsyncIterator[BrokerApp]:
     """The same helper as the in-process broker, talking real HTTP to a broker process."""
     async with httpx.AsyncClient(base_url=broker_process.url, timeout=30) as client:
-        yield InProcessBroker(client, BrokerSettings(database_url=broker_process.database_url))
+        yield BrokerApp(client, BrokerSettings(database_url=broker_process.database_url))
 
 
 class Group:
@@ -64,7 +64,7 @@ class Group:
 
 
 async def send(
-    broker: InProcessBroker, topic: str, n: int, prefix: str = "m", **fields: Any
+    broker: BrokerApp, topic: str, n: int, prefix: str = "m", **fields: Any
 ) -> list[str]:
     batch = [{"body": f"{prefix}{i}", "msg_id": f"{prefix}{i}", **fields} for i in range(n)]
     response = await broker.client.post(
@@ -75,7 +75,7 @@ async def send(
 
 
 async def test_group_create_is_idempotent_and_conflicts_on_other_config(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     group = Group(broker.client, "g1")
     first = await group.create(consume_from="FIRST_OFFSET")
@@ -95,7 +95,7 @@ async def test_group_create_is_idempotent_and_conflicts_on_other_config(
     assert not [t for t in topics if t["name"].startswith("%")]
 
 
-async def test_receive_ack_and_committed_offset(broker: InProcessBroker) -> None:
+async def test_receive_ack_and_committed_offset(broker: BrokerApp) -> None:
     await broker.topic("t", queues=2)
     group = Group(broker.client, "g")
     assert (await group.create(consume_from="FIRST_OFFSET")).status_code == 201
@@ -136,7 +136,7 @@ async def test_receive_ack_and_committed_offset(broker: InProcessBroker) -> None
 
 
 async def test_expired_invisibility_redelivers_with_reconsume_times(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     await broker.topic("t", queues=1)
     group = Group(broker.client, "g")
@@ -165,7 +165,7 @@ async def test_expired_invisibility_redelivers_with_reconsume_times(
 
 
 async def test_a_lease_cut_short_falls_due_at_once_though_a_receive_just_looked(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     """A receive that finds nothing due lets the next ones skip the look for a moment (a round
     trip each); a lease the broker cuts short must end that moment at once."""
@@ -186,7 +186,7 @@ async def test_a_lease_cut_short_falls_due_at_once_though_a_receive_just_looked(
     assert [(m["msg_id"], m["reconsume_times"]) for m in again] == [(first["msg_id"], 1)]
 
 
-async def test_tag_expressions(broker: InProcessBroker) -> None:
+async def test_tag_expressions(broker: BrokerApp) -> None:
     await broker.topic("t", queues=2)
     both, only_a = Group(broker.client, "both"), Group(broker.client, "only-a")
     for group, expression in ((both, "TagA || TagB"), (only_a, "TagA")):
@@ -208,7 +208,7 @@ async def test_tag_expressions(broker: InProcessBroker) -> None:
     assert bad.json()["error"]["code"] == "INVALID_EXPRESSION"
 
 
-async def test_consume_from_first_last_and_timestamp(broker: InProcessBroker) -> None:
+async def test_consume_from_first_last_and_timestamp(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     await send(broker, "t", 3, "old")
     await asyncio.sleep(0.05)
@@ -234,7 +234,7 @@ async def test_consume_from_first_last_and_timestamp(broker: InProcessBroker) ->
     assert bodies["stamp"] == ["mid0", "mid1", "new0"]
 
 
-async def test_reset_offset_by_timestamp(broker: InProcessBroker) -> None:
+async def test_reset_offset_by_timestamp(broker: BrokerApp) -> None:
     await broker.topic("t", queues=2)
     group = Group(broker.client, "g")
     await group.create(consume_from="FIRST_OFFSET")
@@ -266,7 +266,7 @@ async def test_reset_offset_by_timestamp(broker: InProcessBroker) -> None:
     assert unknown.status_code == 404
 
 
-async def test_long_poll_wakes_on_send_and_times_out(broker: InProcessBroker) -> None:
+async def test_long_poll_wakes_on_send_and_times_out(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     group = Group(broker.client, "g")
     await group.subscribe("t")
@@ -287,7 +287,7 @@ async def test_long_poll_wakes_on_send_and_times_out(broker: InProcessBroker) ->
     assert waited < 1.0, f"woken at once, not at the end of the wait ({waited:.2f}s)"
 
 
-async def test_auto_created_group_and_errors(broker: InProcessBroker) -> None:
+async def test_auto_created_group_and_errors(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     group = Group(broker.client, "auto")
     assert (await group.subscribe("t")).status_code == 201
@@ -335,7 +335,7 @@ async def test_groups_are_not_created_when_auto_create_is_off(
         process.stop()
 
 
-async def test_trace_shows_the_message_and_its_consumption(broker: InProcessBroker) -> None:
+async def test_trace_shows_the_message_and_its_consumption(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     group = Group(broker.client, "g")
     await group.create(consume_from="FIRST_OFFSET")

@@ -6,16 +6,16 @@ import asyncio
 
 from broker_service.store.schema import messages
 from tests.store_check import assert_offsets_dense, rows
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 
-async def _max_offset(broker: InProcessBroker, topic: str) -> int:
+async def _max_offset(broker: BrokerApp, topic: str) -> int:
     shown = (await broker.client.get(f"/v1/topics/{topic}")).json()
     return int(shown["queue_offsets"][0]["max_offset"])
 
 
 async def test_delayed_messages_are_released_at_their_time(migrated_url: str) -> None:
-    async with InProcessBroker.start(
+    async with BrokerApp.start(
         database_url=migrated_url, message_delay_level="400ms 800ms"
     ) as broker:
         await broker.topic("t", queues=1)
@@ -46,9 +46,7 @@ async def test_delayed_messages_are_released_at_their_time(migrated_url: str) ->
 
 
 async def test_delayed_transactional_message_is_released_after_commit(migrated_url: str) -> None:
-    async with InProcessBroker.start(
-        database_url=migrated_url, message_delay_level="300ms"
-    ) as broker:
+    async with BrokerApp.start(database_url=migrated_url, message_delay_level="300ms") as broker:
         await broker.topic("t", queues=1)
         half = await broker.client.post(
             "/v1/transactions",
@@ -69,7 +67,7 @@ async def test_delayed_transactional_message_is_released_after_commit(migrated_u
         assert real[0].transaction_id == txid
 
 
-async def test_key_search_leaves_out_the_brokers_own_topics(broker: InProcessBroker) -> None:
+async def test_key_search_leaves_out_the_brokers_own_topics(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     half = await broker.client.post(
         "/v1/transactions", json={"body": "x", "topic": "t", "producer_group": "g", "keys": ["k"]}

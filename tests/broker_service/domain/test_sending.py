@@ -12,10 +12,10 @@ from pydantic import ValidationError
 from broker_service.api.schemas.messages import BatchIn, plain_batch
 from broker_service.domain.messages.model import MessageDraft, PlainBatch
 from broker_service.domain.messages.queues import queue_for_sharding_key
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 
-async def test_send_answers_where_the_message_is(broker: InProcessBroker) -> None:
+async def test_send_answers_where_the_message_is(broker: BrokerApp) -> None:
     await broker.topic("t", queues=2)
     first = (await broker.client.post("/v1/topics/t/messages", json={"body": "a"})).json()
     second = (await broker.client.post("/v1/topics/t/messages", json={"body": "b"})).json()
@@ -26,7 +26,7 @@ async def test_send_answers_where_the_message_is(broker: InProcessBroker) -> Non
     assert stored["queue_offset"] == first["queue_offset"]
 
 
-async def test_retransmit_is_stored_once_and_answered_the_same(broker: InProcessBroker) -> None:
+async def test_retransmit_is_stored_once_and_answered_the_same(broker: BrokerApp) -> None:
     await broker.topic("t")
     message = {"body": "pay 10", "keys": ["order-1"], "msg_id": "m-1"}
     first = await broker.client.post("/v1/topics/t/messages", json=message)
@@ -40,7 +40,7 @@ async def test_retransmit_is_stored_once_and_answered_the_same(broker: InProcess
     assert len(found["messages"]) == 1
 
 
-async def test_same_msg_id_with_other_content_is_409(broker: InProcessBroker) -> None:
+async def test_same_msg_id_with_other_content_is_409(broker: BrokerApp) -> None:
     await broker.topic("t")
     await broker.client.post("/v1/topics/t/messages", json={"body": "a", "msg_id": "m-1"})
     other = await broker.client.post("/v1/topics/t/messages", json={"body": "b", "msg_id": "m-1"})
@@ -48,7 +48,7 @@ async def test_same_msg_id_with_other_content_is_409(broker: InProcessBroker) ->
     assert other.json()["error"]["code"] == "MESSAGE_ID_CONFLICT"
 
 
-async def test_batch_is_stored_in_order(broker: InProcessBroker) -> None:
+async def test_batch_is_stored_in_order(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     batch = {"messages": [{"body": str(i)} for i in range(10)]}
     response = await broker.client.post("/v1/topics/t/messages:batch", json=batch)
@@ -58,7 +58,7 @@ async def test_batch_is_stored_in_order(broker: InProcessBroker) -> None:
 
 
 async def test_a_batch_goes_to_one_queue_and_the_next_batch_to_the_next(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     """RocketMQ's round-robin picks a queue per send: a batch's messages that name no queue and no
     sharding key share one queue, in order; a message that names one keeps it."""
@@ -79,7 +79,7 @@ async def test_a_batch_goes_to_one_queue_and_the_next_batch_to_the_next(
 
 
 async def test_a_batch_mixing_delays_sharding_keys_and_plain_messages_places_each(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     await broker.topic("t", queues=4)
     batch = {
@@ -106,7 +106,7 @@ async def test_a_batch_mixing_delays_sharding_keys_and_plain_messages_places_eac
 
 
 async def test_plain_and_other_messages_of_a_batch_are_stored_whole_and_in_order(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     """Plain messages are inserted with fewer columns (store/rows.py); a batch that mixes them
     with messages carrying tags, keys and properties keeps every field and the send order."""
@@ -139,7 +139,7 @@ async def test_plain_and_other_messages_of_a_batch_are_stored_whole_and_in_order
     )
 
 
-async def test_batch_is_all_or_nothing(broker: InProcessBroker) -> None:
+async def test_batch_is_all_or_nothing(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     await broker.client.post("/v1/topics/t/messages", json={"body": "x", "msg_id": "taken"})
     batch = {"messages": [{"body": "ok"}, {"body": "clash", "msg_id": "taken"}]}
@@ -149,7 +149,7 @@ async def test_batch_is_all_or_nothing(broker: InProcessBroker) -> None:
     assert topic["queue_offsets"][0]["max_offset"] == 1, "nothing of the failed batch stored"
 
 
-async def test_batch_retransmit_is_deduplicated(broker: InProcessBroker) -> None:
+async def test_batch_retransmit_is_deduplicated(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     batch = {"messages": [{"body": str(i), "msg_id": f"b-{i}"} for i in range(3)]}
     first = (await broker.client.post("/v1/topics/t/messages:batch", json=batch)).json()
@@ -160,7 +160,7 @@ async def test_batch_retransmit_is_deduplicated(broker: InProcessBroker) -> None
     ]
 
 
-async def test_one_sharding_key_lands_in_one_queue_in_send_order(broker: InProcessBroker) -> None:
+async def test_one_sharding_key_lands_in_one_queue_in_send_order(broker: BrokerApp) -> None:
     await broker.topic("orders", queues=8)
     results = []
     for step in ("created", "paid", "shipped", "done"):
@@ -171,7 +171,7 @@ async def test_one_sharding_key_lands_in_one_queue_in_send_order(broker: InProce
     assert offsets == sorted(offsets) == list(range(offsets[0], offsets[0] + 4))
 
 
-async def test_queue_id_picks_the_queue_and_is_checked(broker: InProcessBroker) -> None:
+async def test_queue_id_picks_the_queue_and_is_checked(broker: BrokerApp) -> None:
     await broker.topic("t", queues=2)
     ok = await broker.client.post("/v1/topics/t/messages", json={"body": "x", "queue_id": 1})
     assert ok.json()["queue_id"] == 1
@@ -180,7 +180,7 @@ async def test_queue_id_picks_the_queue_and_is_checked(broker: InProcessBroker) 
     assert bad.json()["error"]["code"] == "INVALID_QUEUE_ID"
 
 
-async def test_base64_body_round_trips(broker: InProcessBroker) -> None:
+async def test_base64_body_round_trips(broker: BrokerApp) -> None:
     await broker.topic("t")
     raw = bytes(range(256))
     body = {"body": base64.b64encode(raw).decode(), "encoding": "base64"}
@@ -190,7 +190,7 @@ async def test_base64_body_round_trips(broker: InProcessBroker) -> None:
     assert stored["encoding"] == "base64"
 
 
-async def test_delayed_message_waits_in_the_schedule_topic(broker: InProcessBroker) -> None:
+async def test_delayed_message_waits_in_the_schedule_topic(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     sent = await broker.client.post(
         "/v1/topics/t/messages", json={"body": "later", "delay_level": 3}
@@ -208,7 +208,7 @@ async def test_delayed_message_waits_in_the_schedule_topic(broker: InProcessBrok
     assert topic["queue_offsets"][0]["max_offset"] == 0, "not in the real topic before its time"
 
 
-async def test_find_by_key_and_time_range(broker: InProcessBroker) -> None:
+async def test_find_by_key_and_time_range(broker: BrokerApp) -> None:
     await broker.topic("t")
     await broker.client.post("/v1/topics/t/messages", json={"body": "1", "keys": ["k", "x"]})
     await broker.client.post("/v1/topics/t/messages", json={"body": "2", "keys": ["k"]})
@@ -228,7 +228,7 @@ async def test_find_by_key_and_time_range(broker: InProcessBroker) -> None:
 # -- plain batches: bodies alone, sent as columns (domain/messages/model.py PlainBatch) ---------------------
 
 
-async def test_a_plain_batch_stores_each_body_with_its_encoding(broker: InProcessBroker) -> None:
+async def test_a_plain_batch_stores_each_body_with_its_encoding(broker: BrokerApp) -> None:
     await broker.topic("t", queues=3)
     raw = bytes(range(256))
     batch = {
@@ -267,7 +267,7 @@ async def test_a_plain_batch_stores_each_body_with_its_encoding(broker: InProces
 
 
 async def test_plain_batches_committed_with_other_sends_keep_offsets_dense(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     """Plain batches, single sends and batches with keys, concurrently, so group commits mix
     them: each queue's offsets are dense and unique, and every receipt names its own message."""
@@ -321,7 +321,7 @@ async def test_plain_batches_committed_with_other_sends_keep_offsets_dense(
 async def test_a_failing_plain_batch_leaves_its_group_commit_whole(migrated_url: str) -> None:
     """Plain batches to a topic that does not exist fail (404) in the same group commits as good
     ones: the good ones are stored whole, their offsets dense; nothing of the others is."""
-    async with InProcessBroker.start(database_url=migrated_url, auto_create_topics=False) as broker:
+    async with BrokerApp.start(database_url=migrated_url, auto_create_topics=False) as broker:
         await broker.topic("t", queues=2)
 
         async def send(topic: str, i: int) -> tuple[int, list[dict[str, object]]]:
@@ -395,7 +395,7 @@ def test_the_plain_lane_takes_exactly_the_batches_of_bodies_alone(batch: object)
 
 
 async def test_a_batch_of_bodies_alone_goes_as_columns_and_any_other_message_by_message(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     """The route takes the plain lane (one PlainBatch per request) exactly for batches of bodies
     alone: both lanes answer alike, so this watches the service's calls."""

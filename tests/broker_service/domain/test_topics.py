@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 
-async def test_create_is_201_then_200_for_the_same_config(broker: InProcessBroker) -> None:
+async def test_create_is_201_then_200_for_the_same_config(broker: BrokerApp) -> None:
     first = await broker.client.post("/v1/topics", json={"name": "orders", "queues": 3})
     again = await broker.client.post("/v1/topics", json={"name": "orders", "queues": 3})
     assert first.status_code == 201
@@ -14,14 +14,14 @@ async def test_create_is_201_then_200_for_the_same_config(broker: InProcessBroke
     assert [q["queue_id"] for q in first.json()["queue_offsets"]] == [0, 1, 2]
 
 
-async def test_create_with_another_config_is_409(broker: InProcessBroker) -> None:
+async def test_create_with_another_config_is_409(broker: BrokerApp) -> None:
     await broker.topic("orders", queues=3)
     response = await broker.client.post("/v1/topics", json={"name": "orders", "queues": 4})
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "TOPIC_EXISTS"
 
 
-async def test_list_show_and_delete(broker: InProcessBroker) -> None:
+async def test_list_show_and_delete(broker: BrokerApp) -> None:
     await broker.topic("a", queues=1)
     await broker.topic("b", queues=2)
     await broker.client.post("/v1/topics/b/messages", json={"body": "x", "queue_id": 1})
@@ -34,7 +34,7 @@ async def test_list_show_and_delete(broker: InProcessBroker) -> None:
     assert (await broker.client.delete("/v1/topics/b")).status_code == 404
 
 
-async def test_a_topic_created_again_continues_its_offsets(broker: InProcessBroker) -> None:
+async def test_a_topic_created_again_continues_its_offsets(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     await broker.client.post("/v1/topics/t/messages", json={"body": "1"})
     await broker.client.delete("/v1/topics/t")
@@ -45,7 +45,7 @@ async def test_a_topic_created_again_continues_its_offsets(broker: InProcessBrok
 
 
 async def test_system_topics_cannot_be_created_sent_to_or_deleted(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     for name in ("RMQ_SYS_TRANS_HALF_TOPIC", "%RETRY%g", "%DLQ%g", "SCHEDULE_TOPIC_XXXX"):
         created = await broker.client.post("/v1/topics", json={"name": name})
@@ -60,11 +60,11 @@ async def test_system_topics_cannot_be_created_sent_to_or_deleted(
 
 
 async def test_send_to_unknown_topic_is_404_unless_auto_create(migrated_url: str) -> None:
-    async with InProcessBroker.start(database_url=migrated_url) as strict:
+    async with BrokerApp.start(database_url=migrated_url) as strict:
         response = await strict.client.post("/v1/topics/nope/messages", json={"body": "x"})
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "TOPIC_NOT_FOUND"
-    async with InProcessBroker.start(
+    async with BrokerApp.start(
         database_url=migrated_url, auto_create_topics=True, default_topic_queues=2
     ) as lenient:
         response = await lenient.client.post("/v1/topics/nope/messages", json={"body": "x"})

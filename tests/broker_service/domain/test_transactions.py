@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 
-async def _half(broker: InProcessBroker, **extra: Any) -> dict[str, Any]:
+async def _half(broker: BrokerApp, **extra: Any) -> dict[str, Any]:
     body = {"body": "transfer 100", "topic": "transfers", "producer_group": "bob", **extra}
     response = await broker.client.post("/v1/transactions", json=body)
     assert response.status_code == 201, response.text
@@ -15,7 +15,7 @@ async def _half(broker: InProcessBroker, **extra: Any) -> dict[str, Any]:
     return result
 
 
-async def test_half_is_invisible_in_its_topic(broker: InProcessBroker) -> None:
+async def test_half_is_invisible_in_its_topic(broker: BrokerApp) -> None:
     await broker.topic("transfers", queues=1)
     half = await _half(broker, keys=["t-1"])
     assert half["state"] == "PREPARED"
@@ -28,7 +28,7 @@ async def test_half_is_invisible_in_its_topic(broker: InProcessBroker) -> None:
 
 
 async def test_commit_puts_the_message_in_its_topic_with_an_op_record(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     await broker.topic("transfers", queues=1)
     half = await _half(broker)
@@ -52,7 +52,7 @@ async def test_commit_puts_the_message_in_its_topic_with_an_op_record(
 
 
 async def test_repeat_commit_answers_the_same_and_rollback_after_is_409(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     await broker.topic("transfers")
     txid = (await _half(broker))["transaction_id"]
@@ -71,7 +71,7 @@ async def test_repeat_commit_answers_the_same_and_rollback_after_is_409(
     assert opposite.json()["error"]["code"] == "TRANSACTION_ALREADY_RESOLVED"
 
 
-async def test_rollback_never_delivers(broker: InProcessBroker) -> None:
+async def test_rollback_never_delivers(broker: BrokerApp) -> None:
     await broker.topic("transfers", queues=1)
     txid = (await _half(broker))["transaction_id"]
     rolled = await broker.client.post(
@@ -91,7 +91,7 @@ async def test_rollback_never_delivers(broker: InProcessBroker) -> None:
     assert topic["queue_offsets"][0]["max_offset"] == 0
 
 
-async def test_unknown_transaction_is_404(broker: InProcessBroker) -> None:
+async def test_unknown_transaction_is_404(broker: BrokerApp) -> None:
     for path in ("/v1/transactions/nope", "/v1/transactions/nope/commit"):
         response = await (
             broker.client.get(path) if "commit" not in path else broker.client.post(path, json={})
@@ -100,7 +100,7 @@ async def test_unknown_transaction_is_404(broker: InProcessBroker) -> None:
         assert response.json()["error"]["code"] == "TRANSACTION_NOT_FOUND"
 
 
-async def test_commit_from_another_group_is_409(broker: InProcessBroker) -> None:
+async def test_commit_from_another_group_is_409(broker: BrokerApp) -> None:
     await broker.topic("transfers")
     txid = (await _half(broker))["transaction_id"]
     response = await broker.client.post(
@@ -110,7 +110,7 @@ async def test_commit_from_another_group_is_409(broker: InProcessBroker) -> None
     assert response.json()["error"]["code"] == "PRODUCER_GROUP_MISMATCH"
 
 
-async def test_half_retransmit_returns_the_same_transaction(broker: InProcessBroker) -> None:
+async def test_half_retransmit_returns_the_same_transaction(broker: BrokerApp) -> None:
     await broker.topic("transfers")
     first = await _half(broker, msg_id="h-1")
     again = await _half(broker, msg_id="h-1")
@@ -118,7 +118,7 @@ async def test_half_retransmit_returns_the_same_transaction(broker: InProcessBro
     assert again["duplicate"] is True
 
 
-async def test_list_transactions_by_state_group_and_age(broker: InProcessBroker) -> None:
+async def test_list_transactions_by_state_group_and_age(broker: BrokerApp) -> None:
     await broker.topic("transfers")
     a = (await _half(broker))["transaction_id"]
     b = (await _half(broker))["transaction_id"]
@@ -134,7 +134,7 @@ async def test_list_transactions_by_state_group_and_age(broker: InProcessBroker)
 
 
 async def test_delayed_transactional_message_is_scheduled_at_commit(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     await broker.topic("transfers", queues=1)
     half = await _half(broker, delay_level=2)
@@ -148,7 +148,7 @@ async def test_delayed_transactional_message_is_scheduled_at_commit(
     assert life["properties"]["REAL_TOPIC"] == "transfers"
 
 
-async def test_operator_may_resolve_without_a_group(broker: InProcessBroker) -> None:
+async def test_operator_may_resolve_without_a_group(broker: BrokerApp) -> None:
     await broker.topic("transfers")
     txid = (await _half(broker))["transaction_id"]
     response = await broker.client.post(f"/v1/transactions/{txid}/rollback")

@@ -7,7 +7,7 @@ import asyncio
 
 from broker_service.store.schema import messages
 from tests.store_check import rows
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 FAST = {
     "transaction_timeout_seconds": 0.2,
@@ -15,7 +15,7 @@ FAST = {
 }
 
 
-async def _wait_state(broker: InProcessBroker, txid: str, state: str) -> dict[str, object]:
+async def _wait_state(broker: BrokerApp, txid: str, state: str) -> dict[str, object]:
     for _ in range(100):  # bounded: 10 s
         shown: dict[str, object] = (await broker.client.get(f"/v1/transactions/{txid}")).json()
         if shown["state"] == state:
@@ -25,7 +25,7 @@ async def _wait_state(broker: InProcessBroker, txid: str, state: str) -> dict[st
 
 
 async def test_a_half_whose_topic_is_deleted_is_parked(migrated_url: str) -> None:
-    async with InProcessBroker.start(database_url=migrated_url, **FAST) as broker:
+    async with BrokerApp.start(database_url=migrated_url, **FAST) as broker:
         await broker.topic("doomed", queues=1)
         resolved = await broker.client.post(
             "/v1/transactions", json={"body": "a", "topic": "doomed", "producer_group": "g"}
@@ -61,7 +61,7 @@ async def test_a_half_whose_topic_is_deleted_is_parked(migrated_url: str) -> Non
 
 
 async def test_metrics_show_pending_halves_and_skipped_checks(migrated_url: str) -> None:
-    async with InProcessBroker.start(database_url=migrated_url, **FAST) as broker:
+    async with BrokerApp.start(database_url=migrated_url, **FAST) as broker:
         await broker.topic("t", queues=1)
         for _ in range(3):
             await broker.client.post(

@@ -6,13 +6,13 @@ import asyncio
 
 from broker_service.store.schema import messages
 from tests.store_check import assert_offsets_dense, rows
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 
 async def test_a_full_write_queue_answers_429_and_keeps_what_it_acknowledged(
     migrated_url: str,
 ) -> None:
-    async with InProcessBroker.start(database_url=migrated_url, write_queue_max=2) as broker:
+    async with BrokerApp.start(database_url=migrated_url, write_queue_max=2) as broker:
         await broker.topic("t", queues=1)
         answers = await asyncio.gather(
             *[

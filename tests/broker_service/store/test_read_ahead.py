@@ -16,10 +16,10 @@ from broker_service.settings import Flush
 from broker_service.store import migrate
 from broker_service.store.engine import make_engine
 from broker_service.store.sqltx import ResolutionRace, SqlTx
-from tests.support import InProcessBroker
+from tests.support import BrokerApp
 
 
-async def _halves(broker: InProcessBroker, n: int) -> list[str]:
+async def _halves(broker: BrokerApp, n: int) -> list[str]:
     await broker.topic("t")
     ids = []
     for i in range(n):
@@ -33,7 +33,7 @@ async def _halves(broker: InProcessBroker, n: int) -> list[str]:
 
 
 async def test_read_ahead_answers_like_single_lookups_once_each(
-    broker: InProcessBroker, migrated_url: str
+    broker: BrokerApp, migrated_url: str
 ) -> None:
     ids = await _halves(broker, 3)
     engine = make_engine(migrated_url, flush=Flush.SYNC, writer=False)
@@ -53,7 +53,7 @@ async def test_read_ahead_answers_like_single_lookups_once_each(
 
 
 async def test_concurrent_commits_and_rollbacks_resolve_each_transaction_once(
-    broker: InProcessBroker,
+    broker: BrokerApp,
 ) -> None:
     ids = await _halves(broker, 40)
     decisions = ["commit" if i % 2 == 0 else "rollback" for i in range(len(ids))]
@@ -83,7 +83,7 @@ async def test_concurrent_commits_and_rollbacks_resolve_each_transaction_once(
 
 async def _pg_halves(pg_url: str, n: int) -> list[str]:
     migrate.upgrade(pg_url)
-    async with InProcessBroker.start(database_url=pg_url) as pg:
+    async with BrokerApp.start(database_url=pg_url) as pg:
         return await _halves(pg, n)
 
 
@@ -159,7 +159,7 @@ async def test_a_group_commit_whose_deferred_resolution_lost_runs_again_undeferr
     batch's read-ahead.  The batch runs again, each resolution checked as it is made: that commit
     answers 409 and writes nothing, the others commit once."""
     migrate.upgrade(pg_url)
-    async with InProcessBroker.start(database_url=pg_url) as pg:
+    async with BrokerApp.start(database_url=pg_url) as pg:
         rival = make_engine(pg_url, flush=Flush.SYNC, writer=False)
         original = SqlTx.read_ahead
         target: list[str] = []
