@@ -16,19 +16,21 @@ is set.
 
 Modules, one idea each: :mod:`~framework.message` (values and states), :mod:`~framework.config`
 (Timeout, Retry, CheckMode), :mod:`~framework.errors` (one exception root),
-:mod:`~framework.protocol` (the REST contract without I/O), :mod:`~framework.transport` (the
-sync and async drivers), :mod:`~framework.producer` / :mod:`~framework.aio_producer`, :mod:`~framework.consumer` /
-:mod:`~framework.aio_consumer`, :mod:`~framework.inbox`,
+:mod:`~framework.protocol` (the REST contract without I/O), :mod:`~framework.flow` (decision flows
+without I/O), :mod:`~framework.transport` (the sync and async drivers), :mod:`~framework.producer_base`
+/ :mod:`~framework.consumer_base` (the producer's and consumer's flows, written once),
+:mod:`~framework.producer` / :mod:`~framework.aio_producer`, :mod:`~framework.consumer` /
+:mod:`~framework.aio_consumer` (the faces that drive them), :mod:`~framework.acks`, :mod:`~framework.inbox`,
 :mod:`~framework.txlog` and :mod:`~framework.tables` (the SQLAlchemy local-transaction log and
 inbox), :mod:`~framework.signing` (signed requests and checks), :mod:`~framework.fastapi`,
 :mod:`~halfmq.testing` (an in-process broker).
 """
 
+from framework.acks import AckMode, BatchAck, DedupKey
 from framework.aio_consumer import AsyncPushConsumer
 from framework.aio_producer import AsyncTransactionProducer
 from framework.config import CheckMode, Retry, Timeout
 from framework.consumer import PushConsumer
-from framework.consumer_base import AckMode, BatchAck, DedupKey
 from framework.errors import (
     AuthenticationError,
     BrokerBusyError,

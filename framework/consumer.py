@@ -2,7 +2,9 @@
 
 One receiver thread long-polls the broker for at most ``batch_size`` messages (the prefetch: it
 never holds more) and hands them to ``concurrency`` worker threads -- one message at a time in
-concurrent mode, one queue's messages in order in orderly mode.  ``shutdown()`` stops receiving,
+concurrent mode, one queue's messages in order in orderly mode.  Each message is answered by the
+consumer's flow (:meth:`~framework.consumer_base.ConsumerBase.consume_flow`), run with
+:meth:`BrokerClient.run <framework.transport.BrokerClient.run>`.  ``shutdown()`` stops receiving,
 releases what no worker has started (its invisibility is cut so another member gets it at once),
 lets the workers finish what they hold, and sends the pending batched acks.
 
@@ -22,61 +24,27 @@ import logging
 import queue
 import threading
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
 
-from framework import inbox, protocol
-from framework.config import Retry
-from framework.consumer_base import AckBuffer, AckMode, ConsumerBase, succeeded
+from framework.consumer_base import ConsumerBase, handle_of, lanes
 from framework.errors import HalfMQError
+from framework.member import ONCE, SyncFace
 from framework.message import Message
-from framework.registry import Registered
 from framework.transport import BrokerClient, Verify
 
 log = logging.getLogger("halfmq.consumer")
 
-RELEASE_SECONDS = 0.001
-ONCE = Retry(attempts=1)
 
-
-def lanes(messages: Sequence[Message], orderly: bool) -> list[list[Message]]:
-    """Units of work: each message alone, or (orderly) each queue's messages in offset order."""
-    if not orderly:
-        return [[m] for m in messages]
-    by_queue: dict[tuple[str, int | None], list[Message]] = {}
-    for message in messages:
-        by_queue.setdefault((message.topic, message.queue_id), []).append(message)
-    return list(by_queue.values())
-
-
-class PushConsumer(ConsumerBase):
-    def __init__(
-        self,
-        group: str,
-        brokers: Sequence[str],
-        *,
-        transport: httpx.BaseTransport | None = None,
-        verify: Verify = True,
-        **options: Any,
-    ) -> None:
-        super().__init__(group, brokers, **options)
-        self.client = BrokerClient(
-            self.brokers,
-            timeout=self.timeout,
-            retry=self.retry,
-            transport=transport,
-            verify=verify,
-            credentials=self.credentials,
-        )
+class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
+    def _connect(self, transport: httpx.BaseTransport | None, verify: Verify) -> None:
+        self.client = self._client(BrokerClient, transport, verify)
         self._stop = threading.Event()
         self._work: queue.Queue[list[Message] | None] = queue.Queue()
         self._held = 0
         self._room = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self._acks = AckBuffer(self.batch_ack)
-        self._acks_lock = threading.Lock()
 
     # -- life ------------------------------------------------------------------------------------
 
@@ -84,23 +52,12 @@ class PushConsumer(ConsumerBase):
         """Create the group and its subscriptions (same config again is fine), then consume."""
         if self.started:
             return
-        self.require_subscriptions()
-        self.client.call(
-            protocol.create_group(
-                self.group,
-                message_model=self.message_model,
-                consume_from=self.consume_from,
-                orderly=self.orderly,
-                max_reconsume_times=self.max_reconsume_times,
-            )
-        )
-        for topic, expression in self.subscriptions():
-            self.client.call(protocol.subscribe(self.group, topic, expression))
+        self.client.run(self.register_flow())
         self._stop.clear()
         self._spawn(self._receive_loop, "receive")
         for n in range(self.concurrency):
             self._spawn(self._work_loop, f"worker-{n}")
-        if any(h.options.ack_mode is AckMode.BATCH for h in self.handlers):
+        if self.batching:
             self._spawn(self._flush_loop, "acks")
         self.started = True
 
@@ -118,43 +75,22 @@ class PushConsumer(ConsumerBase):
         for thread in others:
             thread.join(self.shutdown_timeout)
         self._threads.clear()
-        with self._acks_lock:
-            handles = self._acks.take()
-        self._send_acks(handles)
+        self.client.run(self.acks_flow(self.acks.take()))
         self.client.close()
         self.started = False
-
-    def __enter__(self) -> PushConsumer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
 
     # -- acknowledgement (MANUAL mode calls these from the handler) -------------------------------
 
     def ack(self, message: Message) -> None:
-        self._send_acks([self._handle(message)])
+        self.client.run(self.acks_flow([handle_of(message)]))
 
     def nack(self, message: Message, delay_level: int | None = None) -> str:
         """RECONSUME_LATER now; answers RETRY, RETRY_IN_PLACE (orderly) or DLQ."""
-        return self.client.call(protocol.nack(self.group, self._handle(message), delay_level))
+        return self.client.call(self.nack_call(message, delay_level))
 
     def release(self, message: Message) -> None:
         """Give the message back at once, without counting a reconsume."""
-        handle = self._handle(message)
-        self.client.call(protocol.change_invisible(self.group, handle, RELEASE_SECONDS))
-
-    @staticmethod
-    def _handle(message: Message) -> str:
-        if message.receipt_handle is None:
-            raise HalfMQError("only a delivered message can be acked", msg_id=message.msg_id)
-        return message.receipt_handle
+        self.client.call(self.release_call(message))
 
     # -- the threads -----------------------------------------------------------------------------
 
@@ -164,18 +100,9 @@ class PushConsumer(ConsumerBase):
         self._threads.append(thread)
 
     def _receive_loop(self) -> None:
-        while not self._stop.is_set():
-            with self._room:
-                while self._held > self.low_water and not self._stop.is_set():
-                    self._room.wait(0.2)
-                free = self.batch_size - self._held
-            if self._stop.is_set():
-                return
-            call = protocol.receive(
-                self.group, self.client_id, free, self.invisible_seconds, self.wait_seconds
-            )
+        while (free := self._room_to_receive()) is not None:
             try:
-                messages = self.client.call(call, ONCE)
+                messages = self.client.call(self.receive_call(free), ONCE)
             except HalfMQError as exc:
                 log.warning("receive failed: %s", exc)
                 self._stop.wait(0.5)
@@ -185,16 +112,20 @@ class PushConsumer(ConsumerBase):
             for lane in lanes(messages, self.orderly):
                 self._work.put(lane)
 
+    def _room_to_receive(self) -> int | None:
+        """Wait until the prefetch runs low: how many to receive, or None once stopping."""
+        with self._room:
+            while self._held > self.low_water and not self._stop.is_set():
+                self._room.wait(0.2)
+            return None if self._stop.is_set() else self.batch_size - self._held
+
     def _work_loop(self) -> None:
-        while True:
-            lane = self._work.get()
-            if lane is None:
-                return
+        while (lane := self._work.get()) is not None:
             for n, message in enumerate(lane):
                 if self._stop.is_set() and n > 0:
                     self._release(lane[n:])
                     break
-                self._consume(message)
+                self.client.run(self.consume_flow(message))
                 self._done(1)
 
     def _done(self, count: int) -> None:
@@ -213,65 +144,9 @@ class PushConsumer(ConsumerBase):
 
     def _release(self, messages: Sequence[Message]) -> None:
         for message in messages:
-            self._give_back(message)
+            self.client.run(self.give_back_flow(message))
         self._done(len(messages))
-
-    def _give_back(self, message: Message) -> None:
-        try:
-            self.release(message)
-        except HalfMQError as exc:
-            log.info("release of %s failed (it comes back later): %s", message.msg_id, exc)
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.batch_ack.max_delay / 2):
-            with self._acks_lock:
-                handles = self._acks.due()
-            self._send_acks(handles)
-
-    # -- one message -----------------------------------------------------------------------------
-
-    def _consume(self, message: Message) -> None:
-        handler = self.handler_for(message)
-        if handler is None:
-            self._give_back(message)
-            return
-        ok, error = self._run(handler, message)
-        if error is not None:
-            log.warning("consuming %s failed: %r", message.msg_id, error)
-        self._settle(handler.options.ack_mode, message, ok, error)
-
-    def _run(self, handler: Registered[..., Any], message: Message) -> tuple[bool, Any]:
-        options = handler.options
-        try:
-            if options.session_factory is None:
-                return succeeded(handler.fn(message)), None
-            key = options.dedup_key(message) if options.idempotent else None
-            result = inbox.consume(options.session_factory, handler.fn, message, self.group, key)
-            return result.ok, result.error
-        except Exception as exc:
-            return False, exc
-
-    def _settle(self, mode: AckMode, message: Message, ok: bool, error: Any) -> None:
-        handle = self._handle(message)
-        try:
-            if not ok:
-                self.nack(message)
-            elif mode is AckMode.BATCH:
-                with self._acks_lock:
-                    handles = self._acks.add(handle)
-                self._send_acks(handles)
-            elif mode is not AckMode.MANUAL:
-                self._send_acks([handle])
-        except HalfMQError as exc:  # the message comes again after its invisibility
-            log.info("settling %s failed: %s", message.msg_id, exc)
-
-    def _send_acks(self, handles: list[str]) -> None:
-        if not handles:
-            return
-        try:
-            result = self.client.call(protocol.ack(self.group, handles))
-        except HalfMQError as exc:
-            log.warning("ack of %d messages failed (they come again): %s", len(handles), exc)
-            return
-        if result.stale:
-            log.info("%d stale acks: those messages come again", len(result.stale))
+            self.client.run(self.acks_flow(self.acks.due()))

@@ -1,117 +1,67 @@
-"""What the sync and async push consumers share: configuration values, subscriptions registered
-by decorators, the rules that turn a handler's outcome into an ack or a nack, and the batch-ack
-buffer -- all without I/O."""
+"""The push consumer without I/O: its settings, the subscriptions registered by decorators, and
+its flows (:mod:`framework.flow`), written once for both faces:
+
+* :meth:`ConsumerBase.register_flow`: create the group and its subscriptions;
+* :meth:`ConsumerBase.consume_flow`: the answer to one received message -- run the handler (in
+  its inbox transaction when idempotent or transacted), then ack, batch the ack, or nack;
+* :meth:`ConsumerBase.acks_flow` and :meth:`ConsumerBase.give_back_flow`: send acks, release a
+  message that will not be consumed here.
+
+:class:`~framework.consumer.PushConsumer` runs them on threads,
+:class:`~framework.aio_consumer.AsyncPushConsumer` on tasks.
+"""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any, ParamSpec, TypeVar, overload
 
+from framework import inbox, protocol
+from framework.acks import (
+    AckBuffer,
+    AckMode,
+    BatchAck,
+    DedupKey,
+    SubscriptionOptions,
+    succeeded,
+    tag_expression,
+)
 from framework.config import Retry, Timeout
-from framework.errors import ConfigurationError
-from framework.message import ConsumeResult, Message
-from framework.producer_base import check_name, default_client_id
+from framework.errors import ConfigurationError, HalfMQError
+from framework.flow import Flow, Invoke, call
+from framework.member import GroupMember, check_name
+from framework.message import Message
 from framework.registry import Handlers, Registered
-from framework.signing import CredentialsLike, resolve_credentials
+from framework.signing import CredentialsLike
+from framework.transport import TransportT, Verify
 
 log = logging.getLogger("halfmq.consumer")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+RELEASE_SECONDS = 0.001
 
 
-class AckMode(Enum):
-    """When a consumed message is acknowledged (ActiveMQ's acknowledgement modes).
-
-    ``AUTO``: after the handler returns (CONSUME_SUCCESS or None).  ``MANUAL``: the handler calls
-    ``consumer.ack(message)`` itself (an unacked message comes again after its invisibility).
-    ``BATCH``: successes are gathered and acked together, every ``BatchAck.max_count`` messages or
-    ``max_delay`` seconds (ActiveMQ's optimizeAcknowledge / DUPS_OK: a crash redelivers the batch).
-    ``TRANSACTED``: the handler gets a SQLAlchemy session; the ack is sent after its transaction
-    commits (a failed commit nacks).
-    """
-
-    AUTO = "AUTO"
-    MANUAL = "MANUAL"
-    BATCH = "BATCH"
-    TRANSACTED = "TRANSACTED"
+def lanes(messages: Sequence[Message], orderly: bool) -> list[list[Message]]:
+    """Units of work: each message alone, or (orderly) each queue's messages in offset order."""
+    if not orderly:
+        return [[m] for m in messages]
+    by_queue: dict[tuple[str, int | None], list[Message]] = {}
+    for message in messages:
+        by_queue.setdefault((message.topic, message.queue_id), []).append(message)
+    return list(by_queue.values())
 
 
-@dataclass(frozen=True, slots=True)
-class BatchAck:
-    max_count: int = 32
-    max_delay: float = 0.1
+def handle_of(message: Message) -> str:
+    if message.receipt_handle is None:
+        raise HalfMQError("only a delivered message can be acked", msg_id=message.msg_id)
+    return message.receipt_handle
 
 
-class DedupKey(Enum):
-    """What identifies a message for the inbox: its first key (the business id; its msg_id when
-    it has no key) or its msg_id."""
+class ConsumerBase(GroupMember[TransportT]):
+    """One consumer group member: what both faces share, and the flows they drive."""
 
-    FIRST_KEY = "FIRST_KEY"
-    MSG_ID = "MSG_ID"
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionOptions:
-    expression: str
-    ack_mode: AckMode
-    session_factory: Any = None
-    idempotent: bool = False
-    dedup: DedupKey | Callable[[Message], str] = DedupKey.FIRST_KEY
-
-    def dedup_key(self, message: Message) -> str:
-        if callable(self.dedup):
-            return self.dedup(message)
-        if self.dedup is DedupKey.FIRST_KEY and message.keys:
-            return message.keys[0]
-        return message.msg_id
-
-
-def tag_expression(tags: str | Sequence[str]) -> str:
-    return tags if isinstance(tags, str) else " || ".join(tags)
-
-
-def succeeded(value: object) -> bool:
-    """CONSUME_SUCCESS or None acks; RECONSUME_LATER nacks."""
-    if value is ConsumeResult.RECONSUME_LATER:
-        return False
-    if value is not None and value is not ConsumeResult.CONSUME_SUCCESS:
-        log.warning("consumer handler returned %r: treated as CONSUME_SUCCESS", value)
-    return True
-
-
-class AckBuffer:
-    """Receipt handles waiting for one batched ack (no I/O: the consumer sends what it returns)."""
-
-    def __init__(self, policy: BatchAck, clock: Callable[[], float] = time.monotonic) -> None:
-        self.policy = policy
-        self.clock = clock
-        self.handles: list[str] = []
-        self.since = 0.0
-
-    def add(self, handle: str) -> list[str]:
-        """Add a handle; the handles to ack now when the batch is full, else ``[]``."""
-        if not self.handles:
-            self.since = self.clock()
-        self.handles.append(handle)
-        return self.take() if len(self.handles) >= self.policy.max_count else []
-
-    def due(self) -> list[str]:
-        """The handles to ack now because the oldest has waited ``max_delay``."""
-        if self.handles and self.clock() - self.since >= self.policy.max_delay:
-            return self.take()
-        return []
-
-    def take(self) -> list[str]:
-        handles, self.handles = self.handles, []
-        return handles
-
-
-class ConsumerBase:
     def __init__(
         self,
         group: str,
@@ -132,12 +82,10 @@ class ConsumerBase:
         timeout: Timeout | None = None,
         retry: Retry | None = None,
         credentials: CredentialsLike = None,
+        transport: TransportT | None = None,
+        verify: Verify = True,
     ) -> None:
-        self.group = check_name(group, "consumer group")
-        # None: HALFMQ_ACCESS_KEY / HALFMQ_SECRET_KEY, read here (neither set: unsigned, no ACL)
-        self.credentials = resolve_credentials(credentials)
-        self.brokers = tuple(brokers)
-        self.client_id = client_id or default_client_id()
+        super().__init__(group, "consumer group", brokers, client_id, timeout, retry, credentials)
         self.ack_mode = ack_mode
         self.batch_size = batch_size
         self.concurrency = concurrency
@@ -149,10 +97,9 @@ class ConsumerBase:
         self.wait_seconds = wait_seconds
         self.batch_ack = batch_ack or BatchAck()
         self.shutdown_timeout = shutdown_timeout
-        self.timeout = timeout or Timeout()
-        self.retry = retry or Retry()
         self.handlers = Handlers("consumer")
-        self.started = False
+        self.acks = AckBuffer(self.batch_ack)
+        self._connect(transport, verify)
 
     @property
     def low_water(self) -> int:
@@ -218,3 +165,93 @@ class ConsumerBase:
     def require_subscriptions(self) -> None:
         if not self.subscriptions():
             raise ConfigurationError(f"consumer {self.group} has no subscription")
+
+    @property
+    def batching(self) -> bool:
+        """Some subscription acks in batches (the face then flushes them in the background)."""
+        return any(h.options.ack_mode is AckMode.BATCH for h in self.handlers)
+
+    # -- the calls of one consumer ---------------------------------------------------------------
+
+    def receive_call(self, free: int) -> protocol.Call[list[Message]]:
+        return protocol.receive(
+            self.group, self.client_id, free, self.invisible_seconds, self.wait_seconds
+        )
+
+    def nack_call(self, message: Message, delay_level: int | None = None) -> protocol.Call[str]:
+        return protocol.nack(self.group, handle_of(message), delay_level)
+
+    def release_call(self, message: Message) -> protocol.Call[str]:
+        return protocol.change_invisible(self.group, handle_of(message), RELEASE_SECONDS)
+
+    # -- the flows -------------------------------------------------------------------------------
+
+    def register_flow(self) -> Flow[None]:
+        """Create the group and its subscriptions (the same config again is fine)."""
+        self.require_subscriptions()
+        yield from call(
+            protocol.create_group(
+                self.group,
+                message_model=self.message_model,
+                consume_from=self.consume_from,
+                orderly=self.orderly,
+                max_reconsume_times=self.max_reconsume_times,
+            )
+        )
+        for topic, expression in self.subscriptions():
+            yield from call(protocol.subscribe(self.group, topic, expression))
+
+    def consume_flow(self, message: Message) -> Flow[None]:
+        """One received message: its handler, then its ack or nack (no handler: given back)."""
+        handler = self.handler_for(message)
+        if handler is None:
+            yield from self.give_back_flow(message)
+            return
+        ok, error = yield from self._handler_flow(handler, message)
+        if error is not None:
+            log.warning("consuming %s failed: %r", message.msg_id, error)
+        yield from self._settle_flow(handler.options.ack_mode, message, ok)
+
+    def _handler_flow(
+        self, handler: Registered[..., Any], message: Message
+    ) -> Flow[tuple[bool, BaseException | None]]:
+        options = handler.options
+        try:
+            if options.session_factory is None:
+                return succeeded((yield Invoke(handler.fn, (message,)))), None
+            key = options.dedup_key(message) if options.idempotent else None
+            step = inbox.consume_step(options.session_factory, handler.fn, message, self.group, key)
+            consumed: inbox.Consumed = yield step
+            return consumed.ok, consumed.error
+        except Exception as exc:
+            return False, exc
+
+    def _settle_flow(self, mode: AckMode, message: Message, ok: bool) -> Flow[None]:
+        try:
+            if not ok:
+                yield from call(self.nack_call(message))
+            elif mode is AckMode.BATCH:
+                yield from self.acks_flow(self.acks.add(handle_of(message)))
+            elif mode is not AckMode.MANUAL:
+                yield from self.acks_flow([handle_of(message)])
+        except HalfMQError as exc:  # the message comes again after its invisibility
+            log.info("settling %s failed: %s", message.msg_id, exc)
+
+    def acks_flow(self, handles: list[str]) -> Flow[None]:
+        """Ack ``handles`` (none: nothing); a failed ack is logged: those messages come again."""
+        if not handles:
+            return
+        try:
+            result = yield from call(protocol.ack(self.group, handles))
+        except HalfMQError as exc:
+            log.warning("ack of %d messages failed (they come again): %s", len(handles), exc)
+            return
+        if result.stale:
+            log.info("%d stale acks: those messages come again", len(result.stale))
+
+    def give_back_flow(self, message: Message) -> Flow[None]:
+        """Release ``message`` at once (no reconsume counted) so another member gets it."""
+        try:
+            yield from call(self.release_call(message))
+        except HalfMQError as exc:
+            log.info("release of %s failed (it comes back later): %s", message.msg_id, exc)

@@ -14,6 +14,7 @@
     │   ├── ConflictError            409
     │   ├── MessageTooLargeError     413
     │   └── BrokerBusyError          429 / 503 (retried first; raised when retries run out)
+    ├── UnexpectedAnswerError        an answer that is not the contract's JSON (not a halfmq broker?)
     └── SignatureRejected            a push check this producer's check server refused (401)
 
 Every error carries the structured fields a caller needs: ``topic``, ``transaction_id``,
@@ -121,6 +122,17 @@ class MessageTooLargeError(BrokerError):
 
 class BrokerBusyError(BrokerError):
     """429 or 503: the broker shed load or was not ready, and the retries ran out."""
+
+
+class UnexpectedAnswerError(HalfMQError):
+    """A broker URL answered, but not with the contract's JSON (a proxy's page, another service):
+    ``url`` is the broker's base URL, ``status`` the HTTP status of the answer."""
+
+    def __init__(self, url: str, status: int, **fields: Any) -> None:
+        message = f"the answer from {url} is not a halfmq broker's JSON (HTTP {status})"
+        super().__init__(message, **fields)
+        self.url = url
+        self.status = status
 
 
 class SignatureRejected(HalfMQError):

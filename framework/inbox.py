@@ -4,7 +4,7 @@
 The inbox row is inserted *first*: a second delivery of the same message (a stale handle, a
 crashed member, a nack after a commit) collides with it -- on PostgreSQL it waits for the first
 delivery's transaction and collides once that commits -- and is acked without running the
-handler again.  One effect per message.
+handler again.  One effect per message.  :func:`consume_step` hands it to the consumer's flow.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from framework.consumer_base import succeeded
+from framework.acks import succeeded
+from framework.flow import Invoke
 from framework.message import Message
 from framework.tables import inbox
+from framework.txlog import is_async_factory
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -101,3 +103,15 @@ async def consume_async(
         except Exception as exc:
             return Consumed(False, error=exc)
     return Consumed(True)
+
+
+def consume_step(
+    session_factory: Any,
+    fn: Callable[..., Any],
+    message: Message,
+    group: str,
+    dedup_key: str | None,
+) -> Invoke:
+    """:func:`consume` (or :func:`consume_async`) as a step; answers :class:`Consumed`."""
+    aio = consume_async if is_async_factory(session_factory) else None
+    return Invoke(consume, (session_factory, fn, message, group, dedup_key), aio)

@@ -136,7 +136,7 @@ class HalfReceipt:
 
 
 def to_wire(message: Message) -> dict[str, Any]:
-    """The message as api.md's JSON (only the fields that are set)."""
+    """The message as docs/api.md's JSON ("A message as sent"), only the fields that are set."""
     if isinstance(message.body, str):
         body, encoding = message.body, "utf-8"
     else:

@@ -1,4 +1,9 @@
-"""``TransactionProducer``: RocketMQ's TransactionMQProducer on threads and ``httpx.Client``."""
+"""``TransactionProducer``: RocketMQ's TransactionMQProducer on threads and ``httpx.Client``.
+
+The face runs the producer's flows (:mod:`framework.producer_base`) with
+:meth:`BrokerClient.run <framework.transport.BrokerClient.run>` and keeps its background work on
+threads: heartbeats, and in pull mode a long-poll for checks answered on a small pool.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +11,21 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import Any
 
 import httpx
 
-from framework import protocol, txlog
-from framework.config import CheckMode, Retry, Timeout
+from framework import protocol
 from framework.errors import HalfMQError
-from framework.message import (
-    LocalTransactionState,
-    Message,
-    SendResult,
-    SendStatus,
-    TransactionSendResult,
-)
-from framework.producer_base import TRANSACTIONAL, ProducerBase, batch_topic, to_state
-from framework.signing import CredentialsLike
+from framework.member import ONCE, SyncFace
+from framework.message import LocalTransactionState, Message, SendResult, TransactionSendResult
+from framework.producer_base import ProducerBase, batch_topic
 from framework.transport import BrokerClient, Verify
 
 log = logging.getLogger("halfmq.producer")
-State = LocalTransactionState
 
 
-class TransactionProducer(ProducerBase):
+class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
     """Sends plain and transactional messages for one producer group and answers its checks.
 
     ::
@@ -46,40 +42,8 @@ class TransactionProducer(ProducerBase):
             producer.send_message_in_transaction(Message("transfers", body="..."), arg=...)
     """
 
-    def __init__(
-        self,
-        group: str,
-        brokers: Sequence[str],
-        *,
-        client_id: str | None = None,
-        check: CheckMode | None = None,
-        timeout: Timeout | None = None,
-        retry: Retry | None = None,
-        heartbeat_interval: float = 30.0,
-        check_immunity_seconds: float | None = None,
-        transport: httpx.BaseTransport | None = None,
-        credentials: CredentialsLike = None,
-        verify: Verify = True,
-    ) -> None:
-        super().__init__(
-            group,
-            brokers,
-            client_id=client_id,
-            check=check,
-            timeout=timeout,
-            retry=retry,
-            heartbeat_interval=heartbeat_interval,
-            check_immunity_seconds=check_immunity_seconds,
-            credentials=credentials,
-        )
-        self.client = BrokerClient(
-            self.brokers,
-            timeout=self.timeout,
-            retry=self.retry,
-            transport=transport,
-            verify=verify,
-            credentials=self.credentials,
-        )
+    def _connect(self, transport: httpx.BaseTransport | None, verify: Verify) -> None:
+        self.client = self._client(BrokerClient, transport, verify)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
@@ -118,18 +82,6 @@ class TransactionProducer(ProducerBase):
         self.client.close()
         self.started = False
 
-    def __enter__(self) -> TransactionProducer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
-
     def serve_checks(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Push mode without a web framework: a small built-in HTTP server answers the broker's
         checks (with credentials: only those the broker signed with them).  Returns (and
@@ -159,41 +111,10 @@ class TransactionProducer(ProducerBase):
     ) -> TransactionSendResult:
         """Half first; the local transaction only once the half is stored; then commit, roll back
         or (UNKNOW) leave it to the check-back.  Raises only when the half could not be stored."""
-        executor = self.executor_for(message)
-        receipt = self.client.call(
-            protocol.prepare(message, self.group, self.check_immunity_seconds)
-        )
-        message = message.evolve(transaction_id=receipt.transaction_id)
-        if executor.role == TRANSACTIONAL:
-            state, error = txlog.run_local(executor.options, executor.fn, message, arg, self.group)
-        else:
-            try:
-                state, error = to_state(executor.fn(message, arg), message), None
-            except Exception as exc:
-                log.warning("local transaction of %s raised: UNKNOW", receipt.transaction_id)
-                state, error = State.UNKNOW, exc
-        resolution = None
-        if state is not State.UNKNOW:
-            try:
-                resolution = self.end(receipt.transaction_id, state, from_check=False)
-            except HalfMQError as exc:  # the check-back resolves it
-                log.warning("end of %s failed: %s", receipt.transaction_id, exc)
-                error = error or exc
-        return TransactionSendResult(
-            SendStatus.SEND_OK,
-            receipt.transaction_id,
-            receipt.msg_id,
-            state,
-            message,
-            resolution,
-            error,
-        )
+        return self.client.run(self.send_in_transaction_flow(message, arg))
 
     def end(self, transaction_id: str, state: LocalTransactionState, *, from_check: bool) -> str:
-        commit = state is State.COMMIT_MESSAGE
-        return self.client.call(
-            protocol.end(transaction_id, self.group, commit, from_check=from_check)
-        )
+        return self.client.call(self.end_call(transaction_id, state, from_check=from_check))
 
     def transaction(self, transaction_id: str) -> dict[str, Any]:
         """The broker's view of a transaction (state, check_times, resolved_by...)."""
@@ -203,22 +124,10 @@ class TransactionProducer(ProducerBase):
 
     def answer_check(self, message: Message) -> LocalTransactionState:
         """What this instance answers to a check (never raises: a failure is UNKNOW)."""
-        handler = self.checkers.find(message.topic)
-        if handler is None:
-            log.warning("no check handler for topic %s: UNKNOW", message.topic)
-            return State.UNKNOW
-        try:
-            if handler.role == TRANSACTIONAL:
-                return txlog.check(handler.options, message, self.group)
-            return to_state(handler.fn(message), message)
-        except Exception:
-            log.exception("check of %s failed: UNKNOW", message.transaction_id)
-            return State.UNKNOW
+        return self.client.run(self.check_flow(message))
 
     def heartbeat(self) -> None:
-        self.client.call(
-            protocol.heartbeat(self.group, self.client_id, self.callback_url, self.topics())
-        )
+        self.client.call(self.heartbeat_call())
 
     def _spawn(self, target: Any, name: str) -> None:
         thread = threading.Thread(target=target, name=f"halfmq-{name}-{self.group}", daemon=True)
@@ -233,26 +142,14 @@ class TransactionProducer(ProducerBase):
                 log.warning("heartbeat of %s failed: %s", self.client_id, exc)
 
     def _pull_loop(self) -> None:
-        mode = self.check_mode
-        call = protocol.pull_checks(
-            self.group, self.client_id, mode.pull_max, mode.pull_wait_seconds
-        )
+        pull, pause = self.pull_call(), min(1.0, self.check_mode.pull_wait_seconds)
         while not self._stop.is_set():
             try:
-                checks = self.client.call(call, Retry(attempts=1))
+                checks = self.client.call(pull, ONCE)
             except HalfMQError as exc:
                 log.warning("pulling checks failed: %s", exc)
-                self._stop.wait(min(1.0, mode.pull_wait_seconds))
+                self._stop.wait(pause)
                 continue
             assert self._pool is not None
             for check in checks:
-                self._pool.submit(self._answer_pulled, check)
-
-    def _answer_pulled(self, check: Message) -> None:
-        state = self.answer_check(check)
-        if state is State.UNKNOW or check.transaction_id is None:
-            return  # asked again after the check interval
-        try:
-            self.end(check.transaction_id, state, from_check=True)
-        except HalfMQError as exc:
-            log.info("answer to the check of %s not applied: %s", check.transaction_id, exc)
+                self._pool.submit(self.client.run, self.pulled_check_flow(check))

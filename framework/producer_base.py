@@ -1,39 +1,40 @@
-"""What the sync and async transaction producers share: configuration, the decorators that
-register handlers on the producer, and the rules that turn a handler's outcome into a state."""
+"""The transaction producer without I/O: its settings, the decorators that register its handlers,
+and its decision flows (:mod:`framework.flow`), written once for both faces:
+
+* :meth:`ProducerBase.send_in_transaction_flow`: store the half, run the local transaction, then
+  commit, roll back or (UNKNOW) leave it to the check-back;
+* :meth:`ProducerBase.check_flow`: the answer to a check -- the checker's, or the
+  local-transaction log's in automatic mode (:mod:`framework.txlog`);
+* :meth:`ProducerBase.pulled_check_flow`: a pulled check answered with a commit or a rollback.
+
+:class:`~framework.producer.TransactionProducer` runs them in threads,
+:class:`~framework.aio_producer.AsyncTransactionProducer` on an event loop.
+"""
 
 from __future__ import annotations
 
 import logging
-import os
-import re
-import socket
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
+from framework import protocol, txlog
 from framework.config import CheckMode, Retry, Timeout
-from framework.errors import ConfigurationError
-from framework.message import LocalTransactionState, Message
+from framework.errors import ConfigurationError, HalfMQError
+from framework.flow import Flow, Invoke, call
+from framework.member import GroupMember
+from framework.message import LocalTransactionState, Message, SendStatus, TransactionSendResult
 from framework.registry import ANY_TOPIC, Handlers, Registered
-from framework.signing import CredentialsLike, resolve_credentials
+from framework.signing import CredentialsLike
+from framework.transport import TransportT, Verify
 
 log = logging.getLogger("halfmq.producer")
 
 P = ParamSpec("P")
 R = TypeVar("R")
-NAME = re.compile(r"^[A-Za-z0-9_-]{1,127}$")
+State = LocalTransactionState
+Outcome = tuple[State, BaseException | None]
 
 PLAIN, TRANSACTIONAL = "plain", "transactional"
-
-
-def check_name(name: str, what: str) -> str:
-    if not NAME.match(name):
-        raise ConfigurationError(f"{what} {name!r} must match {NAME.pattern}")
-    return name
-
-
-def default_client_id() -> str:
-    return f"{socket.gethostname()}@{os.getpid()}#{uuid.uuid4().hex[:8]}"
 
 
 def to_state(value: object, message: Message) -> LocalTransactionState:
@@ -49,7 +50,9 @@ def to_state(value: object, message: Message) -> LocalTransactionState:
     return LocalTransactionState.UNKNOW
 
 
-class ProducerBase:
+class ProducerBase(GroupMember[TransportT]):
+    """One producer group member: what both faces share, and the flows they drive."""
+
     def __init__(
         self,
         group: str,
@@ -61,22 +64,18 @@ class ProducerBase:
         retry: Retry | None = None,
         heartbeat_interval: float = 30.0,
         check_immunity_seconds: float | None = None,
+        transport: TransportT | None = None,
         credentials: CredentialsLike = None,
+        verify: Verify = True,
     ) -> None:
-        self.group = check_name(group, "producer group")
-        # None: HALFMQ_ACCESS_KEY / HALFMQ_SECRET_KEY, read here (neither set: unsigned, no ACL)
-        self.credentials = resolve_credentials(credentials)
-        self.brokers = tuple(brokers)
-        self.client_id = client_id or default_client_id()
+        super().__init__(group, "producer group", brokers, client_id, timeout, retry, credentials)
         self.check_mode = check or CheckMode.pull()
-        self.timeout = timeout or Timeout()
-        self.retry = retry or Retry()
         self.heartbeat_interval = heartbeat_interval
         self.check_immunity_seconds = check_immunity_seconds
         self.callback_url = self.check_mode.callback_url
         self.executors = Handlers("local transaction")
         self.checkers = Handlers("check")
-        self.started = False
+        self._connect(transport, verify)
 
     # -- decorators ------------------------------------------------------------------------------
 
@@ -139,6 +138,100 @@ class ProducerBase:
                 "push check mode needs a callback_url (CheckMode.push(url)) or the built-in "
                 "server (producer.serve_checks()) before start()"
             )
+
+    # -- the calls of one producer ---------------------------------------------------------------
+
+    def end_call(
+        self, transaction_id: str, state: LocalTransactionState, *, from_check: bool
+    ) -> protocol.Call[str]:
+        commit = state is State.COMMIT_MESSAGE
+        return protocol.end(transaction_id, self.group, commit, from_check=from_check)
+
+    def heartbeat_call(self) -> protocol.Call[None]:
+        return protocol.heartbeat(self.group, self.client_id, self.callback_url, self.topics())
+
+    def pull_call(self) -> protocol.Call[list[Message]]:
+        mode = self.check_mode
+        return protocol.pull_checks(
+            self.group, self.client_id, mode.pull_max, mode.pull_wait_seconds
+        )
+
+    # -- the decision flows ----------------------------------------------------------------------
+
+    def send_in_transaction_flow(self, message: Message, arg: Any) -> Flow[TransactionSendResult]:
+        """Half first; the local transaction only once the half is stored; then commit, roll back
+        or (UNKNOW) leave it to the check-back.  Raises only when the half could not be stored."""
+        executor = self.executor_for(message)
+        prepare = protocol.prepare(message, self.group, self.check_immunity_seconds)
+        receipt = yield from call(prepare)
+        message = message.evolve(transaction_id=receipt.transaction_id)
+        state, error = yield from self._local_flow(executor, message, arg)
+        resolution, error = yield from self._end_flow(receipt.transaction_id, state, error)
+        return TransactionSendResult(
+            SendStatus.SEND_OK,
+            receipt.transaction_id,
+            receipt.msg_id,
+            state,
+            message,
+            resolution,
+            error,
+        )
+
+    def _local_flow(
+        self, executor: Registered[..., Any], message: Message, arg: Any
+    ) -> Flow[Outcome]:
+        """The local transaction's state and exception: an exception (or no state) is UNKNOW; in
+        automatic mode, the log decides (:func:`framework.txlog.run_local`)."""
+        if executor.role == TRANSACTIONAL:
+            step = txlog.local_step(executor.options, executor.fn, message, arg, self.group)
+            outcome: Outcome = yield step
+            return outcome
+        try:
+            value = yield Invoke(executor.fn, (message, arg))
+        except Exception as exc:
+            log.warning("local transaction of %s raised: UNKNOW", message.transaction_id)
+            return State.UNKNOW, exc
+        return to_state(value, message), None
+
+    def _end_flow(
+        self, transaction_id: str, state: State, error: BaseException | None
+    ) -> Flow[tuple[str | None, BaseException | None]]:
+        """Commit or roll back (UNKNOW: nothing); an end that fails is reported, not raised: the
+        check-back resolves it."""
+        if state is State.UNKNOW:
+            return None, error
+        try:
+            resolution = yield from call(self.end_call(transaction_id, state, from_check=False))
+        except HalfMQError as exc:
+            log.warning("end of %s failed: %s", transaction_id, exc)
+            return None, error or exc
+        return resolution, error
+
+    def check_flow(self, message: Message) -> Flow[LocalTransactionState]:
+        """What this instance answers to a check (never raises: a failure is UNKNOW)."""
+        handler = self.checkers.find(message.topic)
+        if handler is None:
+            log.warning("no check handler for topic %s: UNKNOW", message.topic)
+            return State.UNKNOW
+        try:
+            if handler.role == TRANSACTIONAL:
+                state: State = yield txlog.check_step(handler.options, message, self.group)
+                return state
+            return to_state((yield Invoke(handler.fn, (message,))), message)
+        except Exception:
+            log.exception("check of %s failed: UNKNOW", message.transaction_id)
+            return State.UNKNOW
+
+    def pulled_check_flow(self, check: Message) -> Flow[None]:
+        """A pulled check: answered with a commit or rollback ``from_check``; UNKNOW answers
+        nothing (the broker asks again after its check interval)."""
+        state = yield from self.check_flow(check)
+        if state is State.UNKNOW or check.transaction_id is None:
+            return
+        try:
+            yield from call(self.end_call(check.transaction_id, state, from_check=True))
+        except HalfMQError as exc:
+            log.info("answer to the check of %s not applied: %s", check.transaction_id, exc)
 
 
 def batch_topic(messages: Sequence[Message]) -> str:

@@ -3,6 +3,8 @@
 Both faces (``httpx.Client`` and ``httpx.AsyncClient``) drive the same objects: a :class:`Call`
 says what to send and how to read the answer; an :class:`Attempts` says where to send it and, after
 a failure, whether and when to try again.  Only :mod:`framework.transport` touches the network.
+The decisions made of several calls (a transaction, a check, a consumed message) are flows over
+these calls: :mod:`framework.flow`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from framework.config import Retry
-from framework.errors import BrokerError, BrokerUnavailableError, ConfigurationError, broker_error
+from framework.errors import (
+    BrokerError,
+    BrokerUnavailableError,
+    ConfigurationError,
+    HalfMQError,
+    UnexpectedAnswerError,
+    broker_error,
+)
 from framework.message import HalfReceipt, Message, SendResult, from_wire, to_wire
 
 T = TypeVar("T")
@@ -26,28 +35,46 @@ FAILOVER_STATUSES = frozenset({500, 502, 503, 504})
 
 @dataclass(frozen=True, slots=True)
 class Answer:
+    """A broker's answer to one attempt: ``url`` is the request's, ``broker`` the broker's base
+    URL, ``reason`` the status line's reason phrase."""
+
     status: int
     content: bytes
     url: str = ""
+    broker: str = ""
+    reason: str = ""
 
     def json(self) -> Any:
         return orjson.loads(self.content) if self.content else None
 
 
+ErrorReader = Callable[[Answer], HalfMQError]
+
+
+def is_2xx(status: int) -> bool:
+    return 200 <= status < 300
+
+
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One REST call: what to send and how to read a 2xx answer."""
+    """One REST call: what to send, and how to read the answer: ``parse`` reads a success (by the
+    contract, a 2xx), ``read_error`` anything else (by the contract, the error envelope)."""
 
     method: str
     path: str
     parse: Callable[[Answer], T]
-    body: Any = None
+    body: Any = None  # JSON-able, or bytes of JSON
     params: Mapping[str, str | int | float] | None = None
     extra_read: float = 0.0  # a long-poll's wait, added to the read time-out
     fields: Mapping[str, str] = field(default_factory=dict)  # ids for errors (topic, ...)
+    success: Callable[[int], bool] = is_2xx
+    read_error: ErrorReader | None = None  # None: the envelope (parse_error)
 
     def content(self) -> bytes | None:
-        return None if self.body is None else orjson.dumps(self.body)
+        """The body as sent: encoded as JSON, or as given when it is encoded already (bytes)."""
+        if self.body is None or isinstance(self.body, bytes):
+            return self.body
+        return orjson.dumps(self.body)
 
 
 class Endpoints:
@@ -71,25 +98,49 @@ class Endpoints:
                 self._current = (index + 1) % len(self.urls)
 
 
-class Attempts:
-    """The retry and failover decisions for one call (sans-I/O: the driver sleeps and sends)."""
+class Attempts(Generic[T]):
+    """The retry and failover decisions for one call (sans-I/O: the driver sleeps and sends).
 
-    def __init__(self, endpoints: Endpoints, retry: Retry, call: Call[Any]) -> None:
+    A driver sends to :attr:`url`, hands what came back (an :meth:`answer`, or the transport's
+    exception) to :meth:`outcome`, and pauses as long as it says; once it says ``None`` the call's
+    value is :attr:`result`."""
+
+    result: T
+
+    def __init__(self, endpoints: Endpoints, retry: Retry, call: Call[T]) -> None:
         self.endpoints = endpoints
         self.retry = retry
         self.call = call
+        self.content = call.content()
         self.failures = 0
-        self.index = endpoints.current
+        self._aim(endpoints.current)
 
-    @property
-    def url(self) -> str:
-        return self.endpoints.urls[self.index] + self.call.path
+    def _aim(self, index: int) -> None:
+        """The next attempt goes to broker ``index``: its base URL and the call's URL there."""
+        self.index = index
+        self.broker = self.endpoints.urls[index]
+        self.url = self.broker + self.call.path
+
+    def answer(self, status: int, content: bytes, reason: str = "") -> Answer:
+        """What the broker of this attempt answered."""
+        return Answer(status, content, self.url, self.broker, reason)
+
+    def outcome(self, answer: Answer | Exception) -> float | None:
+        """After one attempt (an answer, or no answer: the transport's exception): ``None`` when
+        the call is done, else the pause before the next attempt; raises once it has failed."""
+        if isinstance(answer, Exception):
+            return self.unreachable(answer)
+        result, delay = self.answered(answer)
+        if delay is None:
+            self.result = result
+        return delay
 
     def answered(self, answer: Answer) -> tuple[Any, float | None]:
         """``(result, None)`` on success, ``(None, delay)`` to try again; raises otherwise."""
-        if 200 <= answer.status < 300:
+        if self.call.success(answer.status):
             return self.call.parse(answer), None
-        error = parse_error(answer, self.call.fields)
+        read = self.call.read_error
+        error = read(answer) if read is not None else parse_error(answer, self.call.fields)
         if answer.status not in RETRY_STATUSES:
             raise error
         if answer.status in FAILOVER_STATUSES:
@@ -113,28 +164,46 @@ class Attempts:
 
     def _move_on(self) -> None:
         self.endpoints.failed(self.index)
-        self.index = self.endpoints.current
+        self._aim(self.endpoints.current)
 
-    def _again(self, error: BrokerError | BrokerUnavailableError) -> float:
+    def _again(self, error: HalfMQError) -> float:
         self.failures += 1
         if self.failures >= self.retry.attempts:
             raise error
         return self.retry.delay(self.failures)
 
 
-def parse_error(answer: Answer, fields: Mapping[str, str]) -> BrokerError:
+def read_envelope(answer: Answer) -> tuple[str, str, dict[str, Any]] | None:
+    """The contract's ``{"error": {"code", "message", "detail"}}``, or None for any other body."""
     try:
         envelope = answer.json()["error"]
         code, message = str(envelope["code"]), str(envelope["message"])
         detail = envelope.get("detail") or {}
-        detail = detail if isinstance(detail, dict) else {"detail": detail}
     except (ValueError, TypeError, KeyError):
-        code, message, detail = "HTTP_ERROR", answer.content[:200].decode(errors="replace"), {}
-    error = broker_error(answer.status, code, message, detail, answer.url)
+        return None
+    return code, message, detail if isinstance(detail, dict) else {"detail": detail}
+
+
+def parse_error(answer: Answer, fields: Mapping[str, str]) -> BrokerError:
+    envelope = read_envelope(answer)
+    if envelope is None:  # not the contract's (a proxy's page): its first bytes
+        envelope = ("HTTP_ERROR", answer.content[:200].decode(errors="replace"), {})
+    error = broker_error(answer.status, *envelope, answer.url)
     for name, value in fields.items():
         if getattr(error, name, None) is None:
             setattr(error, name, value)
     return error
+
+
+def json_object(answer: Answer) -> dict[str, Any]:
+    """A 2xx answer as the contract's JSON object; anything else is not a halfmq broker's."""
+    try:
+        value = answer.json()
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise UnexpectedAnswerError(answer.broker, answer.status)
+    return value
 
 
 # -- the calls ---------------------------------------------------------------------------------

@@ -1,34 +1,36 @@
-"""The only I/O of the client: two small drivers of :mod:`framework.protocol`, one on
-``httpx.Client`` (threads, ``time.sleep``) and one on ``httpx.AsyncClient`` (``asyncio.sleep``).
-Neither hides the other: the sync face runs no event loop.  With credentials, both sign every
-request (and every retry, afresh) through :class:`~framework.signing.HalfmqAuth`, which sits on
-the client, so a transport given for tests (``halfmq.testing``) is signed through as well."""
+"""The only I/O of the client: two small drivers of :mod:`framework.protocol` and
+:mod:`framework.flow`, one on ``httpx.Client`` (threads, ``time.sleep``) and one on
+``httpx.AsyncClient`` (``asyncio.sleep``).  Neither hides the other: the sync face runs no event
+loop.  ``call`` makes one call, retried and failed over as :class:`~framework.protocol.Attempts`
+decides; ``run`` drives a decision flow.  With credentials, both sign every request (and every
+retry, afresh) through :class:`~framework.signing.HalfmqAuth`, which sits on the client, so a
+transport given for tests (``halfmq.testing``) is signed through as well."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import ssl
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
 from framework.config import Retry, Timeout
+from framework.flow import Flow, Step, Steps
 from framework.protocol import Answer, Attempts, Call, Endpoints
 from framework.signing import Credentials, HalfmqAuth
 
 T = TypeVar("T")
+TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
+HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)
 
 DEFAULT_TIMEOUT = Timeout()
 DEFAULT_RETRY = Retry()
 _HEADERS = {"content-type": "application/json", "user-agent": "halfmq-framework/0.1"}
-
-
-def _limits() -> httpx.Limits:
-    return httpx.Limits(max_connections=64, max_keepalive_connections=32)
-
 
 Verify = ssl.SSLContext | str | os.PathLike[str] | bool
 """How a client checks an ``https://`` broker's certificate: ``True`` (the system's trusted CAs, as
@@ -42,12 +44,18 @@ def _ssl(verify: Verify) -> ssl.SSLContext | bool:
     return verify
 
 
-def _auth(credentials: Credentials | None) -> HalfmqAuth | None:
-    return None if credentials is None else HalfmqAuth(credentials)
+def _options(credentials: Credentials | None, verify: Verify) -> dict[str, Any]:
+    """httpx's client options, the same on both faces."""
+    return {
+        "headers": _HEADERS,
+        "limits": httpx.Limits(max_connections=64, max_keepalive_connections=32),
+        "auth": None if credentials is None else HalfmqAuth(credentials),
+        "verify": _ssl(verify),
+    }
 
 
-class BrokerClient:
-    """Calls the brokers from threads (``httpx.Client`` is thread-safe)."""
+class _Client(ABC, Generic[TransportT, HttpT]):
+    """What both clients share: the brokers, the time-outs and retries, and one attempt's request."""
 
     def __init__(
         self,
@@ -55,96 +63,104 @@ class BrokerClient:
         *,
         timeout: Timeout = DEFAULT_TIMEOUT,
         retry: Retry = DEFAULT_RETRY,
-        transport: httpx.BaseTransport | None = None,
+        transport: TransportT | None = None,
         credentials: Credentials | None = None,
         verify: Verify = True,
     ) -> None:
         self.endpoints = Endpoints(brokers)
         self.timeout = timeout
         self.retry = retry
-        self.http = httpx.Client(
-            headers=_HEADERS,
-            transport=transport,
-            limits=_limits(),
-            auth=_auth(credentials),
-            verify=_ssl(verify),
+        self.http = self._open(transport, _options(credentials, verify))
+
+    @abstractmethod
+    def _open(self, transport: TransportT | None, options: dict[str, Any]) -> HttpT:
+        """The httpx client of this face."""
+
+    def _request(self, attempts: Attempts[Any]) -> httpx.Request:
+        call = attempts.call
+        timeout = self.timeout.to_httpx(extra_read=call.extra_read)
+        return self.http.build_request(
+            call.method, attempts.url, content=attempts.content, params=call.params, timeout=timeout
         )
+
+
+class BrokerClient(_Client[httpx.BaseTransport, httpx.Client]):
+    """Calls the brokers from threads (``httpx.Client`` is thread-safe)."""
+
+    def _open(self, transport: httpx.BaseTransport | None, options: dict[str, Any]) -> httpx.Client:
+        return httpx.Client(transport=transport, **options)
 
     def call(self, call: Call[T], retry: Retry | None = None) -> T:
         attempts = Attempts(self.endpoints, retry or self.retry, call)
-        content = call.content()
-        while True:
-            url = attempts.url
+        while (pause := attempts.outcome(self._send(attempts))) is not None:
+            time.sleep(pause)
+        return attempts.result
+
+    def run(self, flow: Flow[T]) -> T:
+        """Drive ``flow`` in this thread: make its calls, call its callbacks."""
+        steps = Steps(flow)
+        for step in steps:
             try:
-                response = self.http.request(
-                    call.method,
-                    url,
-                    content=content,
-                    params=call.params,
-                    timeout=self.timeout.to_httpx(extra_read=call.extra_read),
-                )
-            except httpx.TransportError as exc:
-                delay = attempts.unreachable(exc)
-            else:
-                result, again = attempts.answered(
-                    Answer(response.status_code, response.content, url)
-                )
-                if again is None:
-                    return result  # type: ignore[no-any-return]
-                delay = again
-            time.sleep(delay)
+                steps.reply = self.call(step) if isinstance(step, Call) else step.fn(*step.args)
+            except Exception as exc:
+                steps.error = exc
+        return steps.result
 
     def close(self) -> None:
         self.http.close()
 
+    def _send(self, attempts: Attempts[Any]) -> Answer | httpx.TransportError:
+        request = self._request(attempts)
+        try:
+            response = self.http.send(request)
+        except httpx.TransportError as exc:
+            return exc
+        return attempts.answer(response.status_code, response.content, response.reason_phrase)
 
-class AsyncBrokerClient:
+
+class AsyncBrokerClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
     """Calls the brokers from coroutines."""
 
-    def __init__(
-        self,
-        brokers: Sequence[str],
-        *,
-        timeout: Timeout = DEFAULT_TIMEOUT,
-        retry: Retry = DEFAULT_RETRY,
-        transport: httpx.AsyncBaseTransport | None = None,
-        credentials: Credentials | None = None,
-        verify: Verify = True,
-    ) -> None:
-        self.endpoints = Endpoints(brokers)
-        self.timeout = timeout
-        self.retry = retry
-        self.http = httpx.AsyncClient(
-            headers=_HEADERS,
-            transport=transport,
-            limits=_limits(),
-            auth=_auth(credentials),
-            verify=_ssl(verify),
-        )
+    def _open(
+        self, transport: httpx.AsyncBaseTransport | None, options: dict[str, Any]
+    ) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=transport, **options)
 
     async def call(self, call: Call[T], retry: Retry | None = None) -> T:
         attempts = Attempts(self.endpoints, retry or self.retry, call)
-        content = call.content()
         while True:
-            url = attempts.url
+            pause = attempts.outcome(await self._send(attempts))
+            if pause is None:
+                return attempts.result
+            await asyncio.sleep(pause)
+
+    async def run(self, flow: Flow[T]) -> T:
+        """Drive ``flow`` on this loop: await its calls and coroutine callbacks, run plain
+        callbacks in a worker thread."""
+        steps = Steps(flow)
+        for step in steps:
             try:
-                response = await self.http.request(
-                    call.method,
-                    url,
-                    content=content,
-                    params=call.params,
-                    timeout=self.timeout.to_httpx(extra_read=call.extra_read),
-                )
-            except httpx.TransportError as exc:
-                delay = attempts.unreachable(exc)
-            else:
-                result, again = attempts.answered(
-                    Answer(response.status_code, response.content, url)
-                )
-                if again is None:
-                    return result  # type: ignore[no-any-return]
-                delay = again
-            await asyncio.sleep(delay)
+                steps.reply = await self._take(step)
+            except Exception as exc:
+                steps.error = exc
+        return steps.result
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+    async def _take(self, step: Step) -> Any:
+        if isinstance(step, Call):
+            return await self.call(step)
+        if step.aio is not None:
+            return await step.aio(*step.args)
+        if inspect.iscoroutinefunction(step.fn):
+            return await step.fn(*step.args)
+        return await asyncio.to_thread(step.fn, *step.args)
+
+    async def _send(self, attempts: Attempts[Any]) -> Answer | httpx.TransportError:
+        request = self._request(attempts)
+        try:
+            response = await self.http.send(request)
+        except httpx.TransportError as exc:
+            return exc
+        return attempts.answer(response.status_code, response.content, response.reason_phrase)

@@ -12,6 +12,10 @@ commits -- one transaction in the user's database.  A check inserts the same key
 * anything else (a lock wait that timed out, a lost connection) -> ``UNKNOW``: asked again later.
 
 So a check never answers ROLLBACK for a transaction that then commits.
+
+:func:`local_step` and :func:`check_step` hand both to a decision flow (:mod:`framework.flow`):
+the sync face runs the sync version; the asyncio face awaits the async one for an
+``async_sessionmaker`` and runs the sync one in a worker thread for a plain ``sessionmaker``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from framework.flow import Invoke
 from framework.message import LocalTransactionState, Message
 from framework.tables import local_transaction_log as log_table
 
@@ -155,3 +160,17 @@ def is_async_factory(factory: object) -> bool:
     except ImportError:
         return False
     return isinstance(factory, async_sessionmaker)
+
+
+def local_step(
+    session_factory: Any, body: Callable[..., Any], message: Message, arg: Any, group: str
+) -> Invoke:
+    """:func:`run_local` (or :func:`run_local_async`) as a step; answers ``(state, error)``."""
+    aio = run_local_async if is_async_factory(session_factory) else None
+    return Invoke(run_local, (session_factory, body, message, arg, group), aio)
+
+
+def check_step(session_factory: Any, message: Message, group: str) -> Invoke:
+    """:func:`check` (or :func:`check_async`) as a step; answers the state."""
+    aio = check_async if is_async_factory(session_factory) else None
+    return Invoke(check, (session_factory, message, group), aio)

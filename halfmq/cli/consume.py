@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from halfmq.cli.groups import ConsumerCalls, GroupArgument
+from halfmq.cli.groups import GroupArgument
 from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
@@ -49,7 +49,6 @@ def consume(
     member = client_id or f"halfmq-cli-{os.getpid()}"
     seen = 0
     with connect(broker, timeout, False, credentials(access_key, secret_key)) as client:
-        calls = ConsumerCalls(client)
         idle_since = time.monotonic()
         while count is None or seen < count:
             poll = 20.0 if wait == 0 else min(20.0, wait)
@@ -59,7 +58,7 @@ def consume(
                 "max_messages": min(32, (count - seen) if count else 32),
                 "wait_seconds": poll,
             }
-            messages = calls.receive(group, body)
+            messages = client.receive(group, body)
             if not messages:
                 if wait and time.monotonic() - idle_since >= wait:
                     break
@@ -69,4 +68,4 @@ def consume(
                 typer.echo(json.dumps(message, ensure_ascii=False))
             seen += len(messages)
             if not no_ack:
-                calls.ack(group, [m["receipt_handle"] for m in messages])
+                client.ack(group, [m["receipt_handle"] for m in messages])

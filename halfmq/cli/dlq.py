@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from halfmq.cli.groups import ConsumerCalls, GroupArgument
+from halfmq.cli.groups import GroupArgument
 from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
@@ -36,7 +36,7 @@ def list_(
 ) -> None:
     """Messages in %DLQ%GROUP, oldest first (resent ones show when)."""
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        dead = ConsumerCalls(client).dlq(group, limit)
+        dead = client.dlq(group, limit)
     show(
         {"messages": dead},
         as_json,
@@ -71,5 +71,5 @@ def resend(
 ) -> None:
     """Send a dead message back to its group (reconsume count reset)."""
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = ConsumerCalls(client).resend(group, msg_id)
+        answer = client.resend(group, msg_id)
     show(answer, as_json, lambda m: Text(f"resent {m['msg_id']} to {group}"))

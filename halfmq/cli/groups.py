@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Group, RenderableType
 
-from halfmq.cli.client import BrokerClient, Json, _segment
+from halfmq.cli.client import Json
 from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
@@ -28,54 +28,6 @@ app = typer.Typer(help="Create, show and reset consumer groups.", no_args_is_hel
 GroupArgument = Annotated[
     str, typer.Argument(metavar="GROUP", help="The consumer group.", show_default=False)
 ]
-
-
-class ConsumerCalls:
-    """The consumer-group routes, over the CLI's REST client."""
-
-    def __init__(self, client: BrokerClient) -> None:
-        self.client = client
-
-    def _post(self, path: str, body: Json | None = None, **params: Any) -> Json:
-        response = self.client._request("POST", path, json=body, params=params or None)
-        return self.client._json(response)
-
-    def _get(self, path: str, **params: Any) -> Json:
-        return self.client._json(self.client._request("GET", path, params=params or None))
-
-    @staticmethod
-    def path(group: str, *rest: str) -> str:
-        return "/".join(["/v1/consumer-groups", _segment(group), *rest])
-
-    def create_group(self, body: Json) -> tuple[Json, bool]:
-        response = self.client._request("POST", "/v1/consumer-groups", json=body)
-        return self.client._json(response), response.status_code == 201
-
-    def subscribe(self, group: str, topic: str, expression: str) -> Json:
-        body = {"topic": topic, "expression": expression}
-        return self._post(self.path(group, "subscriptions"), body)
-
-    def show(self, group: str) -> Json:
-        return self._get(self.path(group))
-
-    def reset_offset(self, group: str, topic: str, timestamp: str | int) -> Json:
-        return self._post(
-            self.path(group, "reset-offset"), {"topic": topic, "timestamp": timestamp}
-        )
-
-    def receive(self, group: str, body: Json) -> list[Json]:
-        messages: list[Json] = self._post(self.path(group, "receive"), body)["messages"]
-        return messages
-
-    def ack(self, group: str, handles: list[str]) -> Json:
-        return self._post(self.path(group, "ack"), {"receipt_handles": handles})
-
-    def dlq(self, group: str, limit: int) -> list[Json]:
-        messages: list[Json] = self._get(self.path(group, "dlq"), limit=limit)["messages"]
-        return messages
-
-    def resend(self, group: str, msg_id: str) -> Json:
-        return self._post(self.path(group, "dlq", _segment(msg_id), "resend"))
 
 
 @app.command()
@@ -116,12 +68,11 @@ def create(
     if max_reconsume_times is not None:
         body["max_reconsume_times"] = max_reconsume_times
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        calls = ConsumerCalls(client)
-        answer, created = calls.create_group(body)
+        answer, created = client.create_group(body)
         for item in topic or []:
             name, _, expression = item.partition(":")
-            calls.subscribe(group, name, expression or "*")
-        shown = calls.show(group) if topic else answer
+            client.subscribe(group, name, expression or "*")
+        shown = client.show_group(group) if topic else answer
     title = f"created consumer group {group}" if created else f"consumer group {group} exists"
     show(shown, as_json, lambda g: render_group(g, title))
 
@@ -137,7 +88,7 @@ def show_(
 ) -> None:
     """Members, subscriptions, and per queue: committed and max offset, lag, in flight, retrying, dead."""
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = ConsumerCalls(client).show(group)
+        answer = client.show_group(group)
     show(answer, as_json, lambda g: render_group(g, f"consumer group {group}"))
 
 
@@ -158,7 +109,7 @@ def reset_offset(
     stamp = time_option(timestamp, "--timestamp")
     assert stamp is not None
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = ConsumerCalls(client).reset_offset(group, topic, stamp)
+        answer = client.reset_offset(group, topic, stamp)
     show(
         answer,
         as_json,

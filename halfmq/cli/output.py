@@ -21,15 +21,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from framework.signing import Credentials
-from halfmq.cli.client import (
-    DEFAULT_BROKER,
-    BrokerClient,
-    BrokerErrorResponse,
-    BrokerUnreachable,
-    ClientError,
-    Json,
+from framework.errors import (
+    BrokerError,
+    BrokerUnavailableError,
+    HalfMQError,
+    UnexpectedAnswerError,
 )
+from framework.signing import Credentials
+from halfmq.cli.client import DEFAULT_BROKER, AdminClient, Json
 from halfmq.cli.credentials import AccessKeyOption, SecretKeyOption, credentials
 
 __all__ = [
@@ -100,35 +99,60 @@ def time_option(value: str | None, hint: str) -> str | int | None:
 @contextmanager
 def connect(
     broker: str, timeout: float, as_json: bool, keys: Credentials | None = None
-) -> Iterator[BrokerClient]:
+) -> Iterator[AdminClient]:
     """A client (signing with ``keys``) whose failures become one line on stderr and exit code 1
     -- never a traceback."""
     try:
-        with BrokerClient(broker, timeout=timeout, credentials=keys) as client:
+        with AdminClient(broker, timeout=timeout, credentials=keys) as client:
             yield client
-    except ClientError as exc:
+    except HalfMQError as exc:
         _print_error(exc, as_json)
         raise typer.Exit(1) from None
 
 
-def _print_error(error: ClientError, as_json: bool) -> None:
+def envelope(error: HalfMQError) -> Json:
+    """The error in the broker's own shape, so ``--json`` callers parse one format."""
+    detail: Json
+    if isinstance(error, BrokerUnavailableError):
+        url = error.urls[0]
+        message = f"cannot reach the broker at {url}: {_unreachable(error.__cause__)}"
+        code, detail = "BROKER_UNREACHABLE", {"url": url}
+    elif isinstance(error, BrokerError):
+        code, message, detail = error.code, error.message, error.detail
+    elif isinstance(error, UnexpectedAnswerError):
+        code, message = "UNEXPECTED_ANSWER", error.message
+        detail = {"url": error.url, "status": error.status}
+    else:
+        code, message, detail = "CLIENT_ERROR", error.message, {}
+    return {"error": {"code": code, "message": message, "detail": detail}}
+
+
+def _unreachable(cause: BaseException | None) -> str:
+    """Why no answer came (the transport's exception)."""
+    if isinstance(cause, httpx.TimeoutException):
+        return "no answer in time"
+    return str(cause) or type(cause).__name__
+
+
+def _print_error(error: HalfMQError, as_json: bool) -> None:
+    shape = envelope(error)
     if as_json:
-        typer.echo(_dumps(error.envelope()), err=True)
+        typer.echo(_dumps(shape), err=True)
         return
     err = Console(stderr=True, highlight=False)
     line = Text("error: ", style="bold red")
-    if isinstance(error, BrokerErrorResponse):
+    if isinstance(error, BrokerError):
         line.append(f"{error.code} (HTTP {error.status}): ", style="bold")
-    line.append(error.message)
-    if isinstance(error, BrokerErrorResponse) and error.refused:
+    line.append(shape["error"]["message"])
+    if isinstance(error, BrokerError) and error.status in (401, 403):  # the ACL refused it
         line.append(_KEY_HINTS.get(error.code, ""))
         err.print(line, soft_wrap=True)  # one line: the detail of a refusal adds nothing to act on
         return
     err.print(line, soft_wrap=True)
-    if isinstance(error, BrokerUnreachable):
+    if isinstance(error, BrokerUnavailableError):
         hint = "is it running? pass --broker URL or set HALFMQ_BROKER"
         err.print(Text(hint, style="dim"), soft_wrap=True)
-    elif detail := _detail_line(error.detail):
+    elif detail := _detail_line(shape["error"]["detail"]):
         err.print(Text(detail, style="dim"), soft_wrap=True)
 
 

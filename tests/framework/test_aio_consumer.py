@@ -15,8 +15,8 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from framework import AsyncTransactionProducer, ConsumeResult, Message
+from framework.acks import AckMode, BatchAck
 from framework.aio_consumer import AsyncPushConsumer
-from framework.consumer_base import AckMode, BatchAck
 from halfmq.testing import InProcessBroker
 from tests.framework.conftest import Bank, effects
 from tests.support import BrokerProcess

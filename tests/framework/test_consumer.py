@@ -17,8 +17,8 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from framework import ConsumeResult, Message, TransactionProducer
+from framework.acks import AckMode, BatchAck, DedupKey
 from framework.consumer import PushConsumer
-from framework.consumer_base import AckMode, BatchAck, DedupKey
 from framework.tables import inbox
 from halfmq.testing import InProcessBroker
 from tests.framework.conftest import Bank, effects
