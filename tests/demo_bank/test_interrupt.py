@@ -27,6 +27,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _exit_code(process: subprocess.Popen[bytes], seconds: float, lines: list[str]) -> int:
+    """The process's exit code; a process still running after ``seconds`` fails the test with
+    what it printed and where each of its threads is (py-spy), so a hang says where it hangs."""
+    try:
+        return process.wait(seconds)
+    except subprocess.TimeoutExpired:
+        spy = Path(sys.executable).with_name("py-spy")
+        dump = subprocess.run([str(spy), "dump", "--pid", str(process.pid)],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        pytest.fail(f"still running {seconds:g} s after the signal\n{''.join(lines)}\n"
+                    f"{dump.stdout}{dump.stderr}")  # fmt: skip
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_demo_stops_every_process_it_started(
     tmp_path: Path, signum: int, code: int
@@ -58,7 +71,7 @@ def test_interrupted_demo_stops_every_process_it_started(
         assert len(pids) == 3
         time.sleep(2)  # transfers in flight
         demo.send_signal(signum)
-        assert demo.wait(60) == code, "".join(lines)
+        assert _exit_code(demo, 120, lines) == code, "".join(lines)
         assert [pid for pid in pids if _alive(pid)] == []
         accounts = yaml.safe_load((tmp_path / "plain_acl.yml").read_text())["accounts"]
         printed = "".join(lines)
