@@ -45,12 +45,19 @@ def test_interrupted_demo_stops_every_process_it_started(
     tmp_path: Path, signum: int, code: int
 ) -> None:
     argv = ["demo", "--transfers", "100000", "--no-reconcile", "--dir", str(tmp_path)]
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "halfmq", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "COLUMNS": "250"},
-    )
+    # Ctrl-C as at a terminal: a shell's background job (CI's, say) starts with SIGINT ignored,
+    # and an ignored SIGINT is inherited through exec, where Python then keeps ignoring it.  With a
+    # handler in this process the demo starts with SIGINT at its default instead.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "halfmq", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "250"},
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     pids: list[int] = []
     try:
         lines: list[str] = []
