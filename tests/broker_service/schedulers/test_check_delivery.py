@@ -12,14 +12,19 @@ import socket
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from broker_service.store.schema import messages, transactions
+from tests.broker_service.schedulers.helpers import (
+    StartBroker,
+    answered_checks,
+    create_topic,
+    transaction_of,
+)
 from tests.store_check import assert_transactions_consistent, rows
 from tests.support import BrokerProcess, Program, free_port, wait_until
 
@@ -34,31 +39,10 @@ FAST = (
     "--transaction-check-max", "3",
 )  # fmt: skip
 
-StartBroker = Callable[..., BrokerProcess]
-
 
 @pytest.fixture
-def start_broker(migrated_url: str, tmp_path: Path) -> Iterator[StartBroker]:
-    started: list[BrokerProcess] = []
-
-    def start(*extra: str) -> BrokerProcess:
-        log = tmp_path / f"broker-{len(started)}.log"
-        process = BrokerProcess(migrated_url, free_port(), log, *FAST, *extra)
-        process.start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
-
-
-@pytest.fixture
-def programs() -> Iterator[list[Program]]:
-    running: list[Program] = []
-    yield running
-    for program in running:
-        program.kill()
+def broker_flags() -> tuple[str, ...]:
+    return FAST
 
 
 class Heartbeat:
@@ -90,11 +74,6 @@ def heartbeats() -> Iterator[list[Heartbeat]]:
         beat.stop()
 
 
-def _state(broker: BrokerProcess, txid: str) -> dict[str, Any]:
-    result: dict[str, Any] = httpx.get(f"{broker.url}/v1/transactions/{txid}", timeout=5).json()
-    return result
-
-
 def _half(broker: BrokerProcess, key: str) -> str:
     response = httpx.post(
         f"{broker.url}/v1/transactions",
@@ -118,15 +97,6 @@ def _undelivered_halves(broker: BrokerProcess) -> float:
     return float(line.split()[-1])
 
 
-def _checks(local: Path) -> list[tuple[str, int, str]]:
-    with sqlite3.connect(local) as conn:
-        return list(conn.execute("SELECT transaction_id, check_times, client FROM checks"))
-
-
-def _topic(broker: BrokerProcess) -> None:
-    httpx.post(f"{broker.url}/v1/topics", json={"name": "transfers", "queues": 2}, timeout=5)
-
-
 def _refused_url() -> tuple[int, str]:
     port = free_port()
     return port, f"http://127.0.0.1:{port}/check"
@@ -139,13 +109,13 @@ def test_a_refused_port_costs_nothing_and_the_producer_coming_up_there_resolves_
     tmp_path: Path,
 ) -> None:
     broker = start_broker("--check-undelivered-alert-seconds", "2")
-    _topic(broker)
+    create_topic(broker)
     port, callback = _refused_url()
     heartbeats.append(Heartbeat(broker, "bob", "bob-1", callback))
     txid = _half(broker, "t-1")
 
     wait_until(lambda: _metric(broker, "undelivered") >= 10, 60, "ten undelivered checks")
-    state = _state(broker, txid)
+    state = transaction_of(broker, txid)
     assert state["state"] == "PREPARED"
     assert state["check_times"] == 0
     assert state["last_checked_at"] is None
@@ -166,15 +136,17 @@ def test_a_refused_port_costs_nothing_and_the_producer_coming_up_there_resolves_
                        "--port", str(port))  # fmt: skip
     programs.append(producer)
     producer.first_line()
-    wait_until(lambda: _state(broker, txid)["state"] != "PREPARED", 30, "the check to resolve")
-    state = _state(broker, txid)
+    wait_until(
+        lambda: transaction_of(broker, txid)["state"] != "PREPARED", 30, "the check to resolve"
+    )
+    state = transaction_of(broker, txid)
     assert (state["state"], state["resolved_by"], state["check_times"]) == (
         "COMMITTED",
         "check",
         1,
     )
     assert state["undelivered_since"] is None
-    assert _checks(local) == [(txid, 1, "bob-1")]
+    assert answered_checks(local) == [(txid, 1, "bob-1")]
     assert_transactions_consistent(broker.database_url)
 
 
@@ -185,7 +157,7 @@ def test_two_instances_one_dead_every_check_goes_to_the_live_one(
     tmp_path: Path,
 ) -> None:
     broker = start_broker()
-    _topic(broker)
+    create_topic(broker)
     _port, callback = _refused_url()
     heartbeats.append(Heartbeat(broker, "bob", "dead", callback))
     local = tmp_path / "bob.db"
@@ -196,11 +168,11 @@ def test_two_instances_one_dead_every_check_goes_to_the_live_one(
     txids = [_half(broker, f"t-{n}") for n in range(20)]
 
     def resolved() -> bool:
-        return all(_state(broker, txid)["state"] == "COMMITTED" for txid in txids)
+        return all(transaction_of(broker, txid)["state"] == "COMMITTED" for txid in txids)
 
     wait_until(resolved, 60, "every half to be resolved by the live instance")
-    assert {_state(broker, txid)["check_times"] for txid in txids} == {1}
-    checks = _checks(local)
+    assert {transaction_of(broker, txid)["check_times"] for txid in txids} == {1}
+    checks = answered_checks(local)
     assert sorted(txid for txid, _times, _client in checks) == sorted(txids)
     assert {client for _txid, _times, client in checks} == {"live"}
     assert _metric(broker, "undelivered") >= 1, "the dead instance was never tried"
@@ -211,7 +183,7 @@ def test_a_listen_backlog_of_one_under_a_hundred_simultaneous_checks_loses_none(
     start_broker: StartBroker, programs: list[Program], tmp_path: Path
 ) -> None:
     broker = start_broker("--check-timeout-seconds", "5")
-    _topic(broker)
+    create_topic(broker)
     local = tmp_path / "bob.db"
     conn = sqlite3.connect(local)
     conn.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY)")
@@ -241,7 +213,7 @@ def test_a_listen_backlog_of_one_under_a_hundred_simultaneous_checks_loses_none(
     assert states() == Counter({"COMMITTED": 50, "ROLLED_BACK": 50})
     for key, txid in txids.items():
         expected = "COMMITTED" if int(key[2:]) % 2 == 0 else "ROLLED_BACK"
-        assert _state(broker, txid)["state"] == expected, key
+        assert transaction_of(broker, txid)["state"] == expected, key
     assert_transactions_consistent(broker.database_url)
 
 
@@ -273,7 +245,7 @@ def test_a_broker_killed_between_claim_and_send_does_not_burn_a_check(
     tmp_path: Path,
 ) -> None:
     broker = start_broker("--check-timeout-seconds", "5")
-    _topic(broker)
+    create_topic(broker)
     with _black_hole() as callback:
         heartbeats.append(Heartbeat(broker, "bob", "hung", callback))
         txid = _half(broker, "t-1")
@@ -292,8 +264,10 @@ def test_a_broker_killed_between_claim_and_send_does_not_burn_a_check(
                        "--mode", "push", "--answer", "ROLLBACK")  # fmt: skip
     programs.append(producer)
     producer.first_line()
-    wait_until(lambda: _state(successor, txid)["state"] == "ROLLED_BACK", 60, "the claim to expire")
-    assert _state(successor, txid)["check_times"] == 1
-    assert [times for _txid, times, _client in _checks(local)] == [1]
+    wait_until(
+        lambda: transaction_of(successor, txid)["state"] == "ROLLED_BACK", 60, "the claim to expire"
+    )
+    assert transaction_of(successor, txid)["check_times"] == 1
+    assert [times for _txid, times, _client in answered_checks(local)] == [1]
     assert not rows(successor.database_url, messages, messages.c.transaction_id == txid,
                     messages.c.topic == "transfers")  # fmt: skip

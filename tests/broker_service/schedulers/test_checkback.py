@@ -4,16 +4,19 @@ answer checks from their own local database -- push and pull, on both stores."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from broker_service.store.schema import messages
+from tests.broker_service.schedulers.helpers import (
+    StartBroker,
+    answered_checks,
+    create_topic,
+    transaction_of,
+)
 from tests.store_check import assert_transactions_consistent, rows
 from tests.support import BrokerProcess, Program, free_port, wait_until
 
@@ -26,46 +29,10 @@ FAST = (
     "--check-timeout-seconds", "3",
 )  # fmt: skip
 
-StartBroker = Callable[..., BrokerProcess]
-
 
 @pytest.fixture
-def start_broker(migrated_url: str, tmp_path: Path) -> Iterator[StartBroker]:
-    started: list[BrokerProcess] = []
-
-    def start(*extra: str) -> BrokerProcess:
-        log = tmp_path / f"broker-{len(started)}.log"
-        process = BrokerProcess(migrated_url, free_port(), log, *FAST, *extra)
-        process.start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
-
-
-@pytest.fixture
-def programs() -> Iterator[list[Program]]:
-    running: list[Program] = []
-    yield running
-    for program in running:
-        program.kill()
-
-
-def _state(broker: BrokerProcess, txid: str) -> dict[str, Any]:
-    response = httpx.get(f"{broker.url}/v1/transactions/{txid}", timeout=5)
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def _topic(broker: BrokerProcess) -> None:
-    httpx.post(f"{broker.url}/v1/topics", json={"name": "transfers", "queues": 2}, timeout=5)
-
-
-def _checks(local: Path) -> list[tuple[str, int, str]]:
-    with sqlite3.connect(local) as conn:
-        return list(conn.execute("SELECT transaction_id, check_times, client FROM checks"))
+def broker_flags() -> tuple[str, ...]:
+    return FAST
 
 
 @pytest.mark.parametrize("mode", ["push", "pull"])
@@ -79,21 +46,23 @@ def test_killed_producer_is_resolved_by_a_new_instance(
     expected: str,
 ) -> None:
     broker = start_broker()
-    _topic(broker)
+    create_topic(broker)
     local = tmp_path / "bob.db"
     doomed = Program("tests.producer_app", "half", broker.url, "bob", str(local), "t-1",
                      "--effect", effect)  # fmt: skip
     programs.append(doomed)
     txid = doomed.first_line()
     doomed.kill()  # after the local transaction, before any commit or rollback
-    assert _state(broker, txid)["state"] == "PREPARED"
+    assert transaction_of(broker, txid)["state"] == "PREPARED"
 
     successor = Program("tests.producer_app", "serve", broker.url, "bob", str(local),
                         "--mode", mode)  # fmt: skip
     programs.append(successor)
     successor.first_line()
-    wait_until(lambda: _state(broker, txid)["state"] != "PREPARED", 30, "the check to resolve")
-    state = _state(broker, txid)
+    wait_until(
+        lambda: transaction_of(broker, txid)["state"] != "PREPARED", 30, "the check to resolve"
+    )
+    state = transaction_of(broker, txid)
     assert state["state"] == expected
     assert state["resolved_by"] == "check"
     assert state["check_times"] == 1
@@ -107,7 +76,7 @@ def test_unknown_answers_discard_after_check_max_then_a_late_commit_resolves(
     start_broker: StartBroker, programs: list[Program], tmp_path: Path
 ) -> None:
     broker = start_broker("--transaction-check-max", "3")
-    _topic(broker)
+    create_topic(broker)
     local = tmp_path / "bob.db"
     doomed = Program("tests.producer_app", "half", broker.url, "bob", str(local), "t-1",
                      "--effect", "yes")  # fmt: skip
@@ -118,10 +87,10 @@ def test_unknown_answers_discard_after_check_max_then_a_late_commit_resolves(
                      "--mode", "push", "--answer", "UNKNOWN")  # fmt: skip
     programs.append(unsure)
     unsure.first_line()
-    wait_until(lambda: _state(broker, txid)["state"] == "DISCARDED", 30, "DISCARDED")
-    state = _state(broker, txid)
+    wait_until(lambda: transaction_of(broker, txid)["state"] == "DISCARDED", 30, "DISCARDED")
+    state = transaction_of(broker, txid)
     assert state["check_times"] == 3
-    assert [c[1] for c in _checks(local)] == [1, 2, 3]
+    assert [c[1] for c in answered_checks(local)] == [1, 2, 3]
     discarded = httpx.get(f"{broker.url}/v1/transactions", params={"state": "DISCARDED"}).json()
     assert [t["transaction_id"] for t in discarded["transactions"]] == [txid]
     parked = rows(broker.database_url, messages, messages.c.transaction_id == txid,
@@ -131,7 +100,7 @@ def test_unknown_answers_discard_after_check_max_then_a_late_commit_resolves(
     late = httpx.post(f"{broker.url}/v1/transactions/{txid}/commit",
                       json={"producer_group": "bob"})  # fmt: skip
     assert late.status_code == 200
-    assert _state(broker, txid)["state"] == "COMMITTED"
+    assert transaction_of(broker, txid)["state"] == "COMMITTED"
     assert_transactions_consistent(broker.database_url)
 
 
@@ -139,7 +108,7 @@ def test_no_live_producer_costs_nothing_until_one_appears(
     start_broker: StartBroker, programs: list[Program], tmp_path: Path
 ) -> None:
     broker = start_broker("--transaction-check-max", "2")
-    _topic(broker)
+    create_topic(broker)
     local = tmp_path / "bob.db"
     doomed = Program("tests.producer_app", "half", broker.url, "bob", str(local), "t-1",
                      "--effect", "yes")  # fmt: skip
@@ -149,7 +118,7 @@ def test_no_live_producer_costs_nothing_until_one_appears(
     httpx.delete(f"{broker.url}/v1/producer-groups/bob")  # its heartbeat is forgotten
     metrics_before = _skipped(broker)
     wait_until(lambda: _skipped(broker) >= metrics_before + 5, 30, "five rounds skipping it")
-    state = _state(broker, txid)
+    state = transaction_of(broker, txid)
     assert state["state"] == "PREPARED"
     assert state["check_times"] == 0
 
@@ -157,8 +126,8 @@ def test_no_live_producer_costs_nothing_until_one_appears(
                         "--mode", "pull")  # fmt: skip
     programs.append(successor)
     successor.first_line()
-    wait_until(lambda: _state(broker, txid)["state"] == "COMMITTED", 30, "the check")
-    assert _state(broker, txid)["check_times"] == 1
+    wait_until(lambda: transaction_of(broker, txid)["state"] == "COMMITTED", 30, "the check")
+    assert transaction_of(broker, txid)["check_times"] == 1
 
 
 def _skipped(broker: BrokerProcess) -> float:
@@ -180,7 +149,7 @@ def test_a_decision_racing_a_check_in_flight_the_first_stands(
     check_says: str,
 ) -> None:
     broker = start_broker()
-    _topic(broker)
+    create_topic(broker)
     local = tmp_path / "bob.db"
     slow = Program("tests.producer_app", "serve", broker.url, "bob", str(local), "--mode", "push",
                    "--answer", check_says, "--delay", "1.5")  # fmt: skip
@@ -190,13 +159,13 @@ def test_a_decision_racing_a_check_in_flight_the_first_stands(
                       json={"topic": "transfers", "producer_group": "bob", "body": "x",
                             "keys": ["t-9"]}).json()  # fmt: skip
     txid = half["transaction_id"]
-    wait_until(lambda: len(_checks(local)) >= 1, 20, "the check to be in flight")
+    wait_until(lambda: len(answered_checks(local)) >= 1, 20, "the check to be in flight")
     decided = httpx.post(f"{broker.url}/v1/transactions/{txid}/{producer_says}",
                          json={"producer_group": "bob"})  # fmt: skip
     assert decided.status_code == 200
     expected = "COMMITTED" if producer_says == "commit" else "ROLLED_BACK"
     wait_until(lambda: _answered(broker) >= 1, 20, "the check's answer to arrive")
-    state = _state(broker, txid)
+    state = transaction_of(broker, txid)
     assert state["state"] == expected
     assert state["resolved_by"] == "producer"
     again = httpx.post(f"{broker.url}/v1/transactions/{txid}/{producer_says}",
@@ -220,7 +189,7 @@ def test_operator_can_check_a_discarded_transaction_again(
     start_broker: StartBroker, programs: list[Program], tmp_path: Path
 ) -> None:
     broker = start_broker("--transaction-check-max", "1")
-    _topic(broker)
+    create_topic(broker)
     local = tmp_path / "bob.db"
     doomed = Program("tests.producer_app", "half", broker.url, "bob", str(local), "t-1",
                      "--effect", "no")  # fmt: skip
@@ -231,20 +200,22 @@ def test_operator_can_check_a_discarded_transaction_again(
                      "--mode", "push", "--answer", "UNKNOWN", "--client-id", "unsure")  # fmt: skip
     programs.append(unsure)
     unsure.first_line()
-    wait_until(lambda: _state(broker, txid)["state"] == "DISCARDED", 30, "DISCARDED")
+    wait_until(lambda: transaction_of(broker, txid)["state"] == "DISCARDED", 30, "DISCARDED")
     unsure.kill()
     httpx.delete(f"{broker.url}/v1/producer-groups/bob")
     knowing = Program("tests.producer_app", "serve", broker.url, "bob", str(local),
                       "--mode", "push")  # fmt: skip
     programs.append(knowing)
     knowing.first_line()
-    assert _state(broker, txid)["state"] == "DISCARDED", (
+    assert transaction_of(broker, txid)["state"] == "DISCARDED", (
         "a discarded half is not checked on its own"
     )
     response = httpx.post(f"{broker.url}/v1/transactions/{txid}/check")
     assert response.status_code == 200
-    wait_until(lambda: _state(broker, txid)["state"] == "ROLLED_BACK", 30, "the operator's check")
-    assert _state(broker, txid)["resolved_by"] == "check"
+    wait_until(
+        lambda: transaction_of(broker, txid)["state"] == "ROLLED_BACK", 30, "the operator's check"
+    )
+    assert transaction_of(broker, txid)["resolved_by"] == "check"
 
 
 @pytest.fixture
@@ -294,7 +265,7 @@ async def test_two_brokers_on_postgresql_check_each_due_half_once(
             return len(listed)
 
         wait_until(lambda: committed() == 1000, 120, "every half to be checked and committed")
-        checks = _checks(local)
+        checks = answered_checks(local)
         per_half = Counter(txid for txid, _times, _client in checks)
         assert set(per_half) == set(txids)
         assert set(per_half.values()) == {1}, "a half was checked twice"
