@@ -24,6 +24,7 @@ from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.consumers.wakeup import Arrivals, ArrivalsStore
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.messages.service import MessageService
+from broker_service.domain.retention.service import RetentionService
 from broker_service.domain.transactions.callbacks import CallbackPolicy
 from broker_service.domain.transactions.checkback import CheckBack
 from broker_service.domain.transactions.pulls import PullHub
@@ -32,6 +33,7 @@ from broker_service.logs import redact, safe_url
 from broker_service.metrics import BrokerMetrics
 from broker_service.schedulers.checkback import CheckBackScheduler
 from broker_service.schedulers.delays import DelayScheduler
+from broker_service.schedulers.retention import RetentionScheduler, count_round
 from broker_service.settings import BrokerSettings
 from broker_service.store.sql_store import SqlStore
 
@@ -53,14 +55,17 @@ class Broker:
     metrics: BrokerMetrics
     pull_hub: PullHub
     acl: AclRuntime | None
+    retention: RetentionService
     delays: DelayScheduler
     checks: CheckBackScheduler | None  # None without ``scheduler``
+    purges: RetentionScheduler | None  # None without ``scheduler``
 
     def served(self) -> Served:
         return Served(
             transactions=self.transactions,
             messages=self.messages,
             consumers=self.consumers,
+            retention=self.retention,
             store=self.store,
             metrics=self.metrics,
             pull_hub=self.pull_hub,
@@ -86,8 +91,12 @@ class Broker:
             self.delays.start()
         if self.checks is not None:
             self.checks.start()
+        if self.purges is not None:
+            self.purges.start()
 
     async def stop(self) -> None:
+        if self.purges is not None:
+            await self.purges.stop()
         await self.delays.stop()
         if self.checks is not None:
             await self.checks.stop()
@@ -132,6 +141,17 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
             secret_for=None if acl is None else (lambda key: acl.config.secret_for(key)),
         )
     messages = MessageService(writes, sender)
+    retention = RetentionService(
+        store, settings.retention_policy(), clock, on_round=lambda r: count_round(metrics, r)
+    )
+    purges = None
+    if settings.scheduler:
+        purges = RetentionScheduler(
+            retention,
+            metrics,
+            interval_seconds=settings.purge_interval_seconds,
+            pause_seconds=settings.purge_pause_seconds,
+        )
     return Broker(
         settings=settings,
         store=store,
@@ -141,8 +161,10 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         metrics=metrics,
         pull_hub=hub,
         acl=acl,
+        retention=retention,
         delays=DelayScheduler(messages),
         checks=checks,
+        purges=purges,
     )
 
 

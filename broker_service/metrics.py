@@ -86,3 +86,32 @@ class BrokerMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.purged_rows = Counter(
+            "halfmq_retention_purged_rows",
+            "Rows the purge deleted, by table",
+            ["table"],
+            registry=self.registry,
+        )
+        self.expired_messages = Counter(
+            "halfmq_retention_expired_messages",
+            "Messages purged before a consumer group passed them (hard limit), by group",
+            ["group"],
+            registry=self.registry,
+        )
+        self.purge_rounds = Counter(
+            "halfmq_retention_rounds",
+            "Purge rounds by result: purged, idle, lease_held (another broker purges), failed",
+            ["result"],
+            registry=self.registry,
+        )
+        self.oldest_message_age = Gauge(
+            "halfmq_retention_oldest_message_age_seconds",
+            "Age of the oldest message still stored in a user, retry or DLQ topic (at the last "
+            "purge round)",
+            registry=self.registry,
+        )
+        self.store_size = Gauge(
+            "halfmq_store_size_bytes",
+            "Size of the store's tables and indexes (SQLite: the file; at the last purge round)",
+            registry=self.registry,
+        )

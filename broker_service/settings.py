@@ -25,6 +25,7 @@ from broker_service.domain.config import (
     CheckPolicy,
     ConsumerConfig,
     DomainConfig,
+    RetentionPolicy,
     parse_delay_levels,
 )
 
@@ -56,7 +57,35 @@ class BrokerSettings(BaseSettings):
     default_topic_queues: int = Field(4, ge=1, le=1024)
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1)
     flush: Flush = Flush.SYNC
-    retention_hours: float = Field(48, gt=0)
+    retention_hours: float = Field(
+        48,
+        gt=0,
+        description="Messages, finished deliveries, resolved halves and trace events older than "
+        "this are purged, unless still needed (RocketMQ's fileReservedTime)",
+    )
+    dead_letter_retention_hours: float = Field(
+        168, gt=0, description="How long %DLQ% messages are kept (their own retention)"
+    )
+    retention_hard_limit_hours: float | None = Field(
+        None,
+        gt=0,
+        description="A message a consumer group has not yet passed is kept until this old, then "
+        "expired (counted on the group, logged); unset: kept until consumed",
+    )
+    retention_wait_for_export: bool = Field(
+        True,
+        description="Keep what the reconciliation export (`halfmq export`) has not yet read; "
+        "off when the export is not used",
+    )
+    purge_interval_seconds: float = Field(
+        60, gt=0, description="How often the purge looks for what retention lets go"
+    )
+    purge_batch: int = Field(
+        1000, ge=1, le=100_000, description="Most rows one purge unit of work deletes"
+    )
+    purge_pause_seconds: float = Field(
+        0.02, ge=0, description="Pause between the purge's units of work, left to the sends"
+    )
     transaction_timeout_seconds: float = Field(6, ge=0)
     transaction_check_interval_seconds: float = Field(30, gt=0)
     transaction_check_max: int = Field(15, ge=1)
@@ -206,6 +235,16 @@ class BrokerSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_hard_limit(self) -> BrokerSettings:
+        hard = self.retention_hard_limit_hours
+        if hard is not None and hard <= self.retention_hours:
+            raise ValueError(
+                f"retention_hard_limit_hours ({hard:g}) must be longer than retention_hours "
+                f"({self.retention_hours:g}): it is how long an unconsumed message is kept"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_tls_pair(self) -> BrokerSettings:
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             given, missing = (
@@ -255,6 +294,17 @@ class BrokerSettings(BaseSettings):
             push_timeout_ms=int(self.check_timeout_seconds * 1000),
             unreachable_ms=int(self.check_unreachable_seconds * 1000),
             undelivered_alert_ms=int(self.check_undelivered_alert_seconds * 1000),
+            broker_id=self.broker_name,
+        )
+
+    def retention_policy(self) -> RetentionPolicy:
+        hard = self.retention_hard_limit_hours
+        return RetentionPolicy(
+            retention_ms=int(self.retention_hours * 3_600_000),
+            dead_letter_retention_ms=int(self.dead_letter_retention_hours * 3_600_000),
+            hard_limit_ms=None if hard is None else int(hard * 3_600_000),
+            wait_for_export=self.retention_wait_for_export,
+            batch=self.purge_batch,
             broker_id=self.broker_name,
         )
 

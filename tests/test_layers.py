@@ -54,7 +54,7 @@ NEVER: dict[str, set[str]] = {
 # -- 3. the parts of the domain -----------------------------------------------------------------
 
 SHARED = {"errors", "clock", "ids", "names", "config"}
-CONCEPTS = ("messages", "transactions", "consumers")
+CONCEPTS = ("messages", "transactions", "consumers", "retention")
 DOMAIN_PARTS: dict[str, set[str]] = {
     "shared": {"shared"},
     "records": {"shared", "records"},
@@ -62,6 +62,7 @@ DOMAIN_PARTS: dict[str, set[str]] = {
     "messages": {"shared", "records", "ports", "messages"},
     "transactions": {"shared", "records", "ports", "messages", "transactions"},
     "consumers": {"shared", "records", "ports", "messages", "consumers"},
+    "retention": {"shared", "records", "ports", "retention"},
 }
 
 

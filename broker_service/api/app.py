@@ -17,12 +17,13 @@ from broker_service.api.gate import AclGate
 from broker_service.api.hardening import HeaderLimits, TrustedHosts, allowed_hosts
 from broker_service.api.limits import BodyLimit
 from broker_service.api.routes import acl as acl_routes
-from broker_service.api.routes import checks, messages, ops, producers, topics, transactions
+from broker_service.api.routes import checks, messages, ops, producers, store, topics, transactions
 from broker_service.api.routes import consumers as consumer_routes
 from broker_service.api.schemas import bodies
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.messages.service import MessageService
 from broker_service.domain.ports import StoreProbe
+from broker_service.domain.retention.service import RetentionService
 from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.metrics import BrokerMetrics
@@ -38,6 +39,7 @@ class Served:
     transactions: TransactionService
     messages: MessageService
     consumers: ConsumerService
+    retention: RetentionService
     store: StoreProbe  # readiness and the writer's counts
     metrics: BrokerMetrics
     pull_hub: PullHub  # woken by the check-back scheduler, waited on by pull long-polls
@@ -69,13 +71,14 @@ def create_app(
     app.state.transactions = served.transactions
     app.state.messages = served.messages
     app.state.consumers = served.consumers
+    app.state.retention = served.retention
     app.state.store = served.store
     app.state.metrics = served.metrics
     app.state.pull_hub = served.pull_hub
     app.state.acl = served.acl
     app.state.wake_checks = served.wake_checks
     errors.install(app)
-    for module in (topics, transactions, producers, checks, messages, ops, acl_routes):
+    for module in (topics, transactions, producers, checks, messages, ops, store, acl_routes):
         app.include_router(module.router)
     app.include_router(consumer_routes.router)
     app.include_router(consumer_routes.trace_router)

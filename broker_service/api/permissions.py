@@ -223,6 +223,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/messages"): find_messages,
     ("GET", "/v1/messages/{msg_id}"): admin,
     ("GET", "/v1/messages/{msg_id}/trace"): admin,
+    # the store (retention)
+    ("GET", "/v1/store/stats"): admin,
+    ("POST", "/v1/store/purge"): admin,
     # the ACL itself
     ("GET", "/v1/acl"): admin,
     ("GET", "/v1/acl/version"): admin,

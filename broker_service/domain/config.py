@@ -64,3 +64,23 @@ class ConsumerConfig:
     delay_levels_ms: tuple[int, ...] = (1000, 5000, 10_000, 30_000)
     consumer_expiry_ms: int = 120_000
     broker_id: str = "broker"
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What the purge keeps (docs/store.md, "Retention").
+
+    ``retention_ms``: messages, deliveries, resolved halves, trace events and purged-id records
+    older than this go, unless something still needs them.  ``dead_letter_retention_ms``: the
+    same for %DLQ% topics (their own retention).  ``hard_limit_ms``: a message a consumer group
+    has not yet passed is kept until it is this old, then expired (counted, logged); None: kept
+    until consumed.  ``wait_for_export``: nothing the reconciliation export (``export_watermark``)
+    has not read goes."""
+
+    retention_ms: int = 48 * 3_600_000
+    dead_letter_retention_ms: int = 7 * 24 * 3_600_000
+    hard_limit_ms: int | None = None
+    wait_for_export: bool = True
+    export_watermark: str = "reconcile-export"
+    batch: int = 1000
+    broker_id: str = "broker"

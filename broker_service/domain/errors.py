@@ -49,6 +49,16 @@ class NotFound(DomainError):
     code = "NOT_FOUND"
 
 
+def missing(what: str, value: str, code: str, purged_at: int | None, **detail: Any) -> NotFound:
+    """404 for an id the store does not hold: ``{code}_NOT_FOUND`` when it never existed,
+    ``{code}_EXPIRED`` when retention purged it (``purged_at``, ms)."""
+    if purged_at is None:
+        return NotFound(f"{what} {value!r} does not exist", code=f"{code}_NOT_FOUND", **detail)
+    return NotFound(
+        f"{what} {value!r} expired: retention purged it", code=f"{code}_EXPIRED", **detail
+    )
+
+
 class Conflict(DomainError):
     code = "CONFLICT"
 

@@ -31,12 +31,30 @@ def alembic_config(url: str) -> Config:
 def upgrade(url: str, revision: str = "head") -> None:
     engine = create_engine(url)
     try:
+        if engine.dialect.name == "sqlite":
+            _incremental_vacuum(engine)
         with engine.begin() as conn:
             config = alembic_config(url)
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
     finally:
         engine.dispose()
+
+
+def _incremental_vacuum(engine: Engine) -> None:
+    """SQLite: the store gives the pages retention frees back to the file system
+    (``PRAGMA incremental_vacuum``, after each purge round) only in ``auto_vacuum =
+    INCREMENTAL`` mode.  A new file takes the mode at once; an existing one is rebuilt once
+    (``VACUUM``: as long as copying the file, which is why it happens here, at an upgrade)."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if conn.exec_driver_sql("PRAGMA auto_vacuum").scalar() == _INCREMENTAL:
+            return
+        conn.exec_driver_sql(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+        if conn.exec_driver_sql("PRAGMA page_count").scalar():
+            conn.exec_driver_sql("VACUUM")
+
+
+_INCREMENTAL = 2  # SQLite's auto_vacuum modes: 0 none, 1 full, 2 incremental
 
 
 @dataclass(frozen=True, slots=True)

@@ -290,6 +290,7 @@ def queue_progress(r: Any) -> QueueProgress:
         client_id=r["client_id"],
         committed_offset=r["committed_offset"],
         pulled_offset=r["pulled_offset"],
+        expired=r.get("expired", 0),
     )
 
 

@@ -136,6 +136,8 @@ message_keys = Table(
     Column("queue_id", Integer, nullable=False),
     Column("queue_offset", BigInteger, nullable=False),
     PrimaryKeyConstraint("key", "stored_at", "topic", "queue_id", "queue_offset"),
+    # The purge drops the key rows of the messages it drops, by position.
+    Index("ix_message_keys_topic_queue_id_queue_offset", "topic", "queue_id", "queue_offset"),
 )
 
 transactions = Table(
@@ -248,6 +250,9 @@ consumer_offsets = Table(
     # The next offset never handed out to the group (RocketMQ POP's pull offset): offsets between
     # committed_offset and pulled_offset are in flight, acked out of order or filtered out by tag.
     Column("pulled_offset", BigInteger, nullable=False, server_default=text("0")),
+    # Messages retention purged before the group (or member) passed them: past the hard limit,
+    # or a broadcasting member not seen for the whole retention (counted, logged, never silent).
+    Column("expired", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("consumer_group", "topic", "queue_id", "client_id"),
 )
 
@@ -339,4 +344,28 @@ acl_versions = Table(
     Column("content", Text, nullable=False),  # the plain_acl.yml text (it holds secrets)
     Column("published_at", Millis, nullable=False),
     Column("published_by", String(128), nullable=False),
+)
+
+# Retention (broker_service.store.retention): one 64-bit hash of each purged msg_id and
+# transaction id, so that a lookup of a purged id answers "expired", not "never existed".  Kept
+# for as long again as the retention; a hash is 8 bytes where the row it stands for was hundreds.
+purged_ids = Table(
+    "purged_ids",
+    metadata,
+    Column("id_hash", BigInteger, nullable=False),
+    Column("purged_at", Millis, nullable=False),
+    PrimaryKeyConstraint("id_hash"),
+    Index("ix_purged_ids_purged_at", "purged_at"),
+    sqlite_with_rowid=False,
+)
+
+# Background work that one broker of several sharing a database runs at a time (the purge): the
+# holder renews ``until`` in every transaction of its work, so a broker that lost the lease
+# (paused past ``until``) finds out before it changes anything.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("until", Millis, nullable=False),
 )

@@ -36,6 +36,7 @@ from broker_service.store.consumers import GroupPart
 from broker_service.store.deliveries import DeliveryPart
 from broker_service.store.fastpath import driver_errors
 from broker_service.store.progress import ProgressPart
+from broker_service.store.retention import RetentionPart
 from broker_service.store.schema import (
     message_keys,
     messages,
@@ -65,7 +66,7 @@ class ResolutionRace(Exception):
     its unit read it: the batch is rolled back, and the writer runs it again undeferred."""
 
 
-class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart):
+class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart, RetentionPart):
     def __init__(self, conn: Connection, *, defer_resolutions: bool = False) -> None:
         """``defer_resolutions`` (PostgreSQL; the writer sets it for a batch of several units):
         see :meth:`resolve_transaction`."""

@@ -17,9 +17,11 @@ from halfmq.cli import (
     db,
     demo,
     dlq,
+    framework_tables,
     groups,
     messages,
     send,
+    store,
     topics,
     transactions,
 )
@@ -40,6 +42,8 @@ app.add_typer(messages.app, name="message")
 app.add_typer(groups.app, name="group")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(acl.app, name="acl")
+app.add_typer(store.app, name="store")
+app.add_typer(framework_tables.app, name="framework")
 app.command("consume")(consume.consume)
 app.command("demo")(demo.demo)
 # The reconciliation job's commands import pyspark / pyarrow only when run.

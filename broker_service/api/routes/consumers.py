@@ -207,6 +207,7 @@ async def show_group(group: GroupName, consumers: ConsumersDep) -> GroupViewOut:
             in_flight=q.in_flight,
             retrying=q.retrying,
             dead=q.dead,
+            expired=q.expired,
         )
         for q in view.queues
     ]

@@ -148,6 +148,11 @@ class QueueProgressOut(BaseModel):
     in_flight: int
     retrying: int
     dead: int
+    expired: int = Field(
+        0,
+        description="Messages retention purged before the group (member) passed them: past "
+        "retention_hard_limit_hours, or a broadcasting member not seen for the retention",
+    )
 
 
 class MemberOut(BaseModel):

@@ -124,6 +124,7 @@ class ConsumerAdmin:
                                 in_flight=in_flight,
                                 retrying=retrying + waiting[(topic, info.queue_id)],
                                 dead=dead[(topic, info.queue_id)],
+                                expired=0 if current is None else current.expired,
                             )
                         )
             retry_lag = sum(q.lag for q in queues if q.topic == retry_topic(group.name))

@@ -141,6 +141,7 @@ class QueueProgress:
     client_id: str
     committed_offset: int
     pulled_offset: int
+    expired: int = 0  # messages retention purged before the group (member) passed them
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +216,7 @@ class QueueView:
     in_flight: int
     retrying: int
     dead: int
+    expired: int = 0
 
     @property
     def lag(self) -> int:

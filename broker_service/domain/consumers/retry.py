@@ -121,6 +121,12 @@ class Retries:
                         code="MESSAGE_ALREADY_RESENT",
                         msg_id=msg_id,
                     )
+                if tx.purged_at("m", [msg_id]) is not None:
+                    raise NotFound(
+                        f"dead message {msg_id!r} expired: retention purged it",
+                        code="MESSAGE_EXPIRED",
+                        msg_id=msg_id,
+                    )
                 raise NotFound(
                     f"no dead message {msg_id!r} in consumer group {group.name!r}",
                     code="DEAD_MESSAGE_NOT_FOUND",

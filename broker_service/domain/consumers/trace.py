@@ -16,7 +16,7 @@ import orjson
 
 from broker_service.domain import names
 from broker_service.domain.consumers.model import DeliveryState
-from broker_service.domain.errors import NotFound
+from broker_service.domain.errors import missing
 from broker_service.domain.messages.model import StoredMessage
 from broker_service.domain.ports import StoreTx
 
@@ -45,9 +45,8 @@ def trace(msg_id: str, broker_id: str) -> Callable[[StoreTx], list[TraceEvent]]:
     def unit(tx: StoreTx) -> list[TraceEvent]:
         copies = tx.find_messages(msg_id)
         if not copies:
-            raise NotFound(
-                f"message {msg_id!r} does not exist", code="MESSAGE_NOT_FOUND", msg_id=msg_id
-            )
+            purged = tx.purged_at("m", [msg_id])
+            raise missing("message", msg_id, "MESSAGE", purged, msg_id=msg_id)
         events = [e for copy in copies for e in _message_events(copy)]
         txid = next((c.transaction_id for c in copies if c.transaction_id), None)
         record = tx.get_transaction(txid) if txid else None

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_service.domain import names
-from broker_service.domain.errors import NotFound
+from broker_service.domain.errors import missing
 from broker_service.domain.messages.model import StoredMessage
 from broker_service.domain.ports import StoreTx
 from broker_service.domain.transactions.model import TransactionRecord, TransactionState
@@ -34,9 +34,8 @@ def message_life(msg_id: str) -> Callable[[StoreTx], MessageLife]:
     def unit(tx: StoreTx) -> MessageLife:
         copies = tx.find_messages(msg_id)
         if not copies:
-            raise NotFound(
-                f"message {msg_id!r} does not exist", code="MESSAGE_NOT_FOUND", msg_id=msg_id
-            )
+            purged = tx.purged_at("m", [msg_id])
+            raise missing("message", msg_id, "MESSAGE", purged, msg_id=msg_id)
         transaction = None
         txid = next((m.transaction_id for m in copies if m.transaction_id), None)
         if txid is not None:

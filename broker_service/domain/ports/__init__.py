@@ -6,6 +6,7 @@
 :class:`CheckStore`       producer instances, check-back claims and assignments
 :class:`ConsumerStore`    consumer groups, progress per queue, deliveries, the trace
 :class:`AdminStore`       the ACL's nonces and published versions
+:class:`RetentionStore`   the purge: queue heads, readers' positions, bounded deletes
 ========================  =================================================================
 
 A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Store` runs units
@@ -16,6 +17,7 @@ from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
+from broker_service.domain.ports.retention import RetentionStore
 from broker_service.domain.ports.store import (
     Readiness,
     Store,
@@ -36,6 +38,7 @@ __all__ = [
     "MessageStore",
     "Readiness",
     "ResolveOutcome",
+    "RetentionStore",
     "Store",
     "StoreProbe",
     "StoreTx",

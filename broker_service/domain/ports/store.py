@@ -22,12 +22,15 @@ from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageStore
+from broker_service.domain.ports.retention import RetentionStore
 from broker_service.domain.ports.transactions import TransactionStore
 
 T = TypeVar("T")
 
 
-class StoreTx(MessageStore, TransactionStore, CheckStore, ConsumerStore, AdminStore, Protocol):
+class StoreTx(
+    MessageStore, TransactionStore, CheckStore, ConsumerStore, AdminStore, RetentionStore, Protocol
+):
     """One store transaction: every role a unit of work may use."""
 
 

@@ -352,7 +352,7 @@ class CheckBack:
         def unit(tx: StoreTx) -> TransactionRecord:
             record = tx.get_transaction(transaction_id)
             if record is None:
-                raise unknown_transaction(transaction_id)
+                raise unknown_transaction(tx, transaction_id)
             if record.state in (TransactionState.COMMITTED, TransactionState.ROLLED_BACK):
                 raise Conflict(
                     f"transaction {transaction_id} is already {record.state.value}",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from broker_service.domain import names
-from broker_service.domain.errors import Conflict, NotFound
+from broker_service.domain.errors import Conflict, NotFound, missing
 from broker_service.domain.ids import new_id
 from broker_service.domain.messages.model import (
     PROP_DECISION,
@@ -163,7 +163,7 @@ class Transactions:
         def unit(tx: StoreTx) -> Resolution:
             found = tx.transaction_with_half(transaction_id)
             if found is None:
-                raise unknown_transaction(transaction_id)
+                raise unknown_transaction(tx, transaction_id)
             record, half = found
             if may_end is not None:  # before the group is compared: a refusal names nothing
                 may_end(record)
@@ -216,7 +216,7 @@ class Transactions:
     def _get(tx: StoreTx, transaction_id: str) -> TransactionRecord:
         record = tx.get_transaction(transaction_id)
         if record is None:
-            raise unknown_transaction(transaction_id)
+            raise unknown_transaction(tx, transaction_id)
         return record
 
     @staticmethod
@@ -282,9 +282,10 @@ class Transactions:
         return self.sender.placed(message, deliver_at, level)
 
 
-def unknown_transaction(transaction_id: str) -> NotFound:
-    return NotFound(
-        f"transaction {transaction_id!r} does not exist",
-        code="TRANSACTION_NOT_FOUND",
-        transaction_id=transaction_id,
+def unknown_transaction(tx: StoreTx, transaction_id: str) -> NotFound:
+    """404: never existed (``TRANSACTION_NOT_FOUND``), or purged by retention
+    (``TRANSACTION_EXPIRED``)."""
+    purged = tx.purged_at("t", [transaction_id])
+    return missing(
+        "transaction", transaction_id, "TRANSACTION", purged, transaction_id=transaction_id
     )

@@ -80,7 +80,7 @@ class TransactionService:
         def unit(tx: StoreTx) -> TransactionRecord:
             record = tx.get_transaction(transaction_id)
             if record is None:
-                raise unknown_transaction(transaction_id)
+                raise unknown_transaction(tx, transaction_id)
             return record
 
         return await self.store.read(unit)

@@ -1,0 +1,110 @@
+"""The store's retention role: what the purge reads and deletes (broker_service.domain.retention).
+
+Every delete is bounded (``limit`` rows, or one queue's prefix of at most a batch), so that one
+unit of work stays short beside the sends it shares the writer with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from broker_service.domain.retention.model import HeadRow, QueueHead, Reader, StoreStats
+
+
+class RetentionStore(Protocol):
+    def hold_lease(self, name: str, holder: str, now: int, until: int) -> bool:
+        """Take or renew the lease ``name`` for ``holder`` until ``until``; False when another
+        holder has it and it has not run out.  In the transaction of the work it guards."""
+        ...
+
+    def queue_heads(self) -> list[QueueHead]:
+        """Every queue with something stored, and its oldest message's store time."""
+        ...
+
+    def queue_head_rows(self, topic: str, queue_id: int, start: int, limit: int) -> list[HeadRow]:
+        """The queue's messages from offset ``start`` on, oldest first, at most ``limit``."""
+        ...
+
+    def readers_of(self, topic: str) -> list[Reader]: ...
+    def export_watermark(self, name: str) -> int | None:
+        """How far (ms) the exporter ``name`` has read; None when it never has."""
+        ...
+
+    def purge_queue_head(
+        self,
+        topic: str,
+        queue_id: int,
+        end: int,
+        now: int,
+        *,
+        dry_run: bool = False,
+        start: int = 0,
+    ) -> dict[str, int]:
+        """Delete the queue's messages below offset ``end`` (and their key rows), remember their
+        ids as purged, and raise its ``min_offset`` to ``end``: counts by table.  ``dry_run``:
+        count those from ``start`` on, delete nothing."""
+        ...
+
+    def expire_position(
+        self, group: str, client_id: str, topic: str, queue_id: int, end: int, now: int
+    ) -> int:
+        """Move the group's (member's) position in the queue past ``end``: its open deliveries
+        below ``end`` expire, the skipped offsets are added to its expired count (returned)."""
+        ...
+
+    # The purges below take ``limit`` rows (None: all) and, ``dry_run``, only count them.
+
+    def purge_transactions(
+        self,
+        resolved_before: int,
+        created_before: int,
+        limit: int | None,
+        now: int,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        """Resolved (committed, rolled back) transactions with their half, op record and parked
+        copy; never a PREPARED or DISCARDED one."""
+        ...
+
+    def purge_released_delayed(
+        self,
+        topic: str,
+        queue_id: int,
+        released_before: int,
+        stored_before: int,
+        limit: int | None,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        """Delayed messages already moved to their real topic, from the head of a schedule
+        queue; those still waiting stay."""
+        ...
+
+    def purge_deliveries(
+        self,
+        finished_before: int,
+        delivered_before: int,
+        limit: int | None,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        """Finished deliveries (acked, nacked, expired, dead); open ones stay."""
+        ...
+
+    def purge_trace(self, before: int, limit: int | None, *, dry_run: bool = False) -> int: ...
+    def purge_purged_ids(self, before: int, limit: int | None, *, dry_run: bool = False) -> int: ...
+    def compact(self) -> int:
+        """Give free space back to the file system where the store can (SQLite's incremental
+        vacuum); the pages freed."""
+        ...
+
+    def store_stats(self, export_watermark: str) -> StoreStats:
+        """Sizes, row counts (exact: a full count of each table), the oldest stored message."""
+        ...
+
+    def purged_at(self, kind: str, ids: Sequence[str]) -> int | None:
+        """When one of ``ids`` (``kind`` 'm' msg_id, 't' transaction id) was purged; None when
+        none was."""
+        ...

@@ -1,0 +1,308 @@
+"""``RetentionService``: a purge round, in bounded units of work (docs/store.md, "Retention").
+
+A round goes through every queue with something old (users', retry and dead-letter topics lose a
+prefix, :mod:`broker_service.domain.retention.plan`; delayed messages already released go from
+the head of the schedule queues), then resolved transactions with their half, op record and
+parked copy, finished deliveries, trace events, and the purged-id records past their time; then
+the store gives free space back.  Each unit deletes at most ``policy.batch`` rows (or one queue
+prefix of at most that many) and renews the ``retention`` lease in its own transaction, so that
+of several brokers on one database one purges at a time, and one that lost the lease changes
+nothing.  A dry run reads the same plan and deletes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker_service.domain import names
+from broker_service.domain.clock import now_ms
+from broker_service.domain.config import RetentionPolicy
+from broker_service.domain.errors import Conflict
+from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.retention.model import (
+    LEASE,
+    Expiry,
+    PurgeReport,
+    QueueHead,
+    StoreStats,
+)
+from broker_service.domain.retention.plan import QueuePlan, cuts_for, is_prefix_queue, plan_queue
+
+log = logging.getLogger("halfmq.retention")
+
+# A dry run reads this many rows of a queue at a time, and gives up counting past this many.
+_DRY_CHUNK = 10_000
+_DRY_MAX = 1_000_000
+_COMPACT_STEPS = 64  # a round gives back at most this many steps of free pages (SQLite)
+
+
+class LeaseHeld(Conflict):
+    code = "PURGE_RUNNING"
+
+
+@dataclass(slots=True)
+class _Round:
+    report: PurgeReport
+    exported: int | None
+    budget: int
+
+
+class RetentionService:
+    def __init__(
+        self,
+        store: Store,
+        policy: RetentionPolicy,
+        clock: Callable[[], int] = now_ms,
+        *,
+        lease_ms: int = 60_000,
+        on_round: Callable[[PurgeReport], None] | None = None,
+    ) -> None:
+        """``on_round``: told of every round that purged (not of dry runs), whoever asked for
+        it -- the scheduler or an operator -- to count it."""
+        self.store = store
+        self.policy = policy
+        self.clock = clock
+        self.lease_ms = lease_ms
+        self.on_round = on_round
+        self._running = asyncio.Lock()  # one round at a time in this broker
+
+    async def purge(
+        self, *, dry_run: bool = False, max_rows: int = 1_000_000, pause_seconds: float = 0.0
+    ) -> PurgeReport:
+        """One round: at most ``max_rows`` rows, ``pause_seconds`` between units of work.
+
+        Raises :class:`LeaseHeld` when another round runs (here, or on another broker) before
+        this one deleted anything; a round that loses the lease midway answers what it did,
+        ``complete`` false."""
+        if dry_run:
+            return await self._round(True, max_rows, pause_seconds)
+        if self._running.locked():
+            raise LeaseHeld("a purge round is running in this broker", lease=LEASE)
+        async with self._running:
+            report = PurgeReport()
+            try:
+                report = await self._round(False, max_rows, pause_seconds, report)
+            except LeaseHeld:
+                if not report.total and not report.expired:
+                    raise
+                report.complete = False
+            if self.on_round is not None:
+                self.on_round(report)
+            return report
+
+    async def _round(
+        self,
+        dry_run: bool,
+        max_rows: int,
+        pause_seconds: float,
+        report: PurgeReport | None = None,
+    ) -> PurgeReport:
+        """The round, filling ``report`` as it goes (so that a lost lease leaves what was done)."""
+        started = time.monotonic()
+        policy = self.policy
+        exported = None
+        if policy.wait_for_export:
+            exported = await self.store.read(
+                lambda tx: tx.export_watermark(policy.export_watermark)
+            )
+        report = PurgeReport(dry_run=dry_run) if report is None else report
+        report.export_held = policy.wait_for_export and (
+            exported is None or exported < self.clock() - policy.retention_ms
+        )
+        state = _Round(report, exported, max_rows)
+        for head in await self.store.read(lambda tx: tx.queue_heads()):
+            if state.budget <= 0:
+                break
+            if is_prefix_queue(head.topic):
+                await self._queue(head, state, dry_run, pause_seconds)
+            elif head.topic == names.SCHEDULE_TOPIC:
+                await self._delayed(head, state, dry_run, pause_seconds)
+        await self._transactions(state, dry_run, pause_seconds)
+        await self._finished_rows(state, dry_run, pause_seconds)
+        if not dry_run and report.total:
+            for _ in range(_COMPACT_STEPS):
+                if not await self.store.write(lambda tx: tx.compact()):
+                    break
+                await asyncio.sleep(pause_seconds)
+        report.complete = state.budget > 0
+        report.seconds = time.monotonic() - started
+        return report
+
+    # -- units ----------------------------------------------------------------------------------
+
+    def _fence(self, tx: StoreTx) -> int:
+        """Renew the lease in the unit's transaction: raises when another broker holds it."""
+        now = self.clock()
+        if not tx.hold_lease(LEASE, self.policy.broker_id, now, now + self.lease_ms):
+            raise LeaseHeld(
+                "another broker is purging this store", code="PURGE_RUNNING", lease=LEASE
+            )
+        return now
+
+    async def _queue(self, head: QueueHead, state: _Round, dry_run: bool, pause: float) -> None:
+        cuts = cuts_for(self.policy, head.topic, self.clock(), state.exported)
+        if head.oldest_stored_at is not None and head.oldest_stored_at >= cuts.age:
+            return  # nothing old enough
+        topic, queue_id, batch = head.topic, head.queue_id, self.policy.batch
+        start = head.min_offset  # a dry run moves it in memory
+
+        def unit(tx: StoreTx) -> tuple[QueuePlan, int]:
+            """The plan for the queue's head from ``start`` (a dry run) or from its stored
+            ``min_offset``, carried out unless dry; and where the head was."""
+            now = self.clock()
+            if dry_run:
+                current = head._replace(min_offset=start)
+                rows = tx.queue_head_rows(topic, queue_id, start, _DRY_CHUNK)
+                full = len(rows) == _DRY_CHUNK
+                plan = plan_queue(current, rows, tx.readers_of(topic), cuts, full=full)
+                if plan.end > start:
+                    state.report.add(
+                        tx.purge_queue_head(
+                            topic, queue_id, plan.end, now, dry_run=True, start=start
+                        )
+                    )
+                return plan, start
+            now = self._fence(tx)
+            info = next((q for q in tx.queue_infos(topic) if q.queue_id == queue_id), None)
+            if info is None:  # the topic was deleted meanwhile
+                return QueuePlan(end=head.min_offset), head.min_offset
+            current = head._replace(min_offset=info.min_offset, max_offset=info.max_offset)
+            limit = min(batch, state.budget)
+            rows = tx.queue_head_rows(topic, queue_id, info.min_offset, limit)
+            plan = plan_queue(current, rows, tx.readers_of(topic), cuts, full=len(rows) == limit)
+            if plan.end > info.min_offset:
+                for e in plan.expiries:
+                    tx.expire_position(e.group, e.client_id, topic, queue_id, plan.end, now)
+                state.report.add(tx.purge_queue_head(topic, queue_id, plan.end, now))
+            return plan, info.min_offset
+
+        scanned = 0
+        while state.budget > 0:
+            plan, was = await (self.store.read(unit) if dry_run else self.store.write(unit))
+            moved = max(0, plan.end - was)
+            scanned += moved
+            state.budget -= moved
+            self._note(state.report, plan, dry_run)
+            if not plan.more or moved == 0 or (dry_run and scanned >= _DRY_MAX):
+                return
+            start = plan.end
+            await asyncio.sleep(pause)
+
+    def _note(self, report: PurgeReport, plan: QueuePlan, dry_run: bool) -> None:
+        for held in plan.held:
+            if held not in report.held and len(report.held) < 100:
+                report.held.append(held)
+        report.expired.extend(plan.expiries)
+        if not dry_run:
+            for expiry in plan.expiries:
+                _log_expiry(expiry, self.policy)
+
+    async def _delayed(self, head: QueueHead, state: _Round, dry_run: bool, pause: float) -> None:
+        now = self.clock()
+        cuts = cuts_for(self.policy, head.topic, now, state.exported)
+
+        def unit(tx: StoreTx) -> dict[str, int]:
+            if not dry_run:
+                self._fence(tx)
+            limit = None if dry_run else min(self.policy.batch, state.budget)
+            return tx.purge_released_delayed(
+                head.topic,
+                head.queue_id,
+                now - self.policy.retention_ms,
+                cuts.age,
+                limit,
+                dry_run=dry_run,
+            )
+
+        await self._repeat(unit, state, dry_run, pause)
+
+    async def _transactions(self, state: _Round, dry_run: bool, pause: float) -> None:
+        now = self.clock()
+        resolved_before = now - self.policy.retention_ms
+        created_before = cuts_for(self.policy, names.HALF_TOPIC, now, state.exported).age
+
+        def unit(tx: StoreTx) -> dict[str, int]:
+            at = self.clock() if dry_run else self._fence(tx)
+            limit = None if dry_run else min(self.policy.batch, state.budget)
+            return tx.purge_transactions(
+                resolved_before, min(created_before, resolved_before), limit, at, dry_run=dry_run
+            )
+
+        await self._repeat(unit, state, dry_run, pause)
+
+    async def _finished_rows(self, state: _Round, dry_run: bool, pause: float) -> None:
+        """Finished deliveries (exported ones), trace events, and purged-id records."""
+        now = self.clock()
+        before = now - self.policy.retention_ms
+        delivered_before = cuts_for(self.policy, "", now, state.exported).age
+
+        def deliveries(tx: StoreTx) -> dict[str, int]:
+            if not dry_run:
+                self._fence(tx)
+            limit = None if dry_run else min(self.policy.batch, state.budget)
+            n = tx.purge_deliveries(before, delivered_before, limit, dry_run=dry_run)
+            return {"deliveries": n}
+
+        def trace(tx: StoreTx) -> dict[str, int]:
+            if not dry_run:
+                self._fence(tx)
+            limit = None if dry_run else min(self.policy.batch, state.budget)
+            return {"trace_events": tx.purge_trace(before, limit, dry_run=dry_run)}
+
+        def purged_ids(tx: StoreTx) -> dict[str, int]:
+            if not dry_run:
+                self._fence(tx)
+            limit = None if dry_run else min(self.policy.batch, state.budget)
+            return {"purged_ids": tx.purge_purged_ids(before, limit, dry_run=dry_run)}
+
+        for unit in (deliveries, trace, purged_ids):
+            await self._repeat(unit, state, dry_run, pause)
+
+    async def _repeat(
+        self,
+        unit: Callable[[StoreTx], dict[str, int]],
+        state: _Round,
+        dry_run: bool,
+        pause: float,
+    ) -> None:
+        """Run ``unit`` until it purges less than a batch (a dry run counts once)."""
+        while state.budget > 0:
+            counts = await (self.store.read(unit) if dry_run else self.store.write(unit))
+            state.report.add(counts)
+            done = sum(counts.values())
+            state.budget -= done
+            if dry_run or done < self.policy.batch:
+                return
+            await asyncio.sleep(pause)
+
+    async def stats(self) -> StoreStats:
+        return await self.store.read(lambda tx: tx.store_stats(self.policy.export_watermark))
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    async def purged_at(self, kind: str, *ids: str) -> int | None:
+        """When one of ``ids`` was purged (``kind``: 'm' msg_id, 't' transaction id)."""
+        return await self.store.read(lambda tx: tx.purged_at(kind, ids))
+
+
+def _log_expiry(expiry: Expiry, policy: RetentionPolicy) -> None:
+    who = expiry.group if not expiry.client_id else f"{expiry.group} member {expiry.client_id}"
+    if expiry.idle_member:
+        why = "the member was not seen for the whole retention"
+    else:
+        hours = (policy.hard_limit_ms or 0) / 3_600_000
+        why = f"older than the hard limit of {hours:g} h"
+    log.warning(
+        "retention expired %d messages of %s in %s queue %d (offsets %d-%d, %s)",
+        expiry.count,
+        who,
+        expiry.topic,
+        expiry.queue_id,
+        expiry.from_offset,
+        expiry.to_offset - 1,
+        why,
+    )

@@ -1,0 +1,103 @@
+"""Runs a purge round every ``purge_interval_seconds`` (docs/store.md, "Retention").
+
+Of several brokers on one database, the one holding the ``retention`` lease purges; the others
+find it held and wait for the next round.  A round stops at ``max_rows`` and goes on at the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from broker_service.domain.errors import DomainError
+from broker_service.domain.retention.model import PurgeReport
+from broker_service.domain.retention.service import LeaseHeld, RetentionService
+from broker_service.metrics import BrokerMetrics
+
+log = logging.getLogger("halfmq.retention")
+
+_EXPORT_WARNING_SECONDS = 3600.0  # how often a purge held back by the export says so
+
+
+class RetentionScheduler:
+    def __init__(
+        self,
+        service: RetentionService,
+        metrics: BrokerMetrics,
+        *,
+        interval_seconds: float,
+        pause_seconds: float,
+        max_rows: int = 200_000,
+    ) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.interval = interval_seconds
+        self.pause = pause_seconds
+        self.max_rows = max_rows
+        self._task: asyncio.Task[None] | None = None
+        self._warned_export_at = -_EXPORT_WARNING_SECONDS
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="halfmq-retention")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.run_round()
+
+    async def run_round(self) -> PurgeReport | None:
+        """One round, counted and logged; None when it did not run (lease held, failure)."""
+        try:
+            report = await self.service.purge(max_rows=self.max_rows, pause_seconds=self.pause)
+        except LeaseHeld:
+            self.metrics.purge_rounds.labels(result="lease_held").inc()
+            return None
+        except DomainError as error:
+            self.metrics.purge_rounds.labels(result="failed").inc()
+            log.warning("purge round failed: %s", error.message)
+            return None
+        except Exception:
+            self.metrics.purge_rounds.labels(result="failed").inc()
+            log.exception("purge round failed")
+            return None
+        self.warn_if_held(report)
+        with contextlib.suppress(DomainError):
+            stats = await self.service.stats()
+            self.metrics.store_size.set(stats.size_bytes)
+            oldest = stats.oldest_message_at
+            age = 0.0 if oldest is None else max(0.0, (self.service.clock() - oldest) / 1000)
+            self.metrics.oldest_message_age.set(age)
+        return report
+
+    def warn_if_held(self, report: PurgeReport) -> None:
+        now = time.monotonic()
+        if report.export_held and now - self._warned_export_at >= _EXPORT_WARNING_SECONDS:
+            self._warned_export_at = now
+            log.warning(
+                "retention keeps what the reconciliation export has not read: run `halfmq "
+                "export` nightly, or set HALFMQ_RETENTION_WAIT_FOR_EXPORT=false if you do not use it"
+            )
+
+
+def count_round(metrics: BrokerMetrics, report: PurgeReport) -> None:
+    """A round that ran (scheduled, or asked through the API): its counts, and a log line when
+    it purged something."""
+    metrics.purge_rounds.labels(result="purged" if report.total else "idle").inc()
+    for table, n in report.purged.items():
+        if n:
+            metrics.purged_rows.labels(table=table).inc(n)
+    for expiry in report.expired:
+        metrics.expired_messages.labels(group=expiry.group).inc(expiry.count)
+    if report.total:
+        counts = ", ".join(f"{n} {table}" for table, n in report.purged.items() if n)
+        more = "" if report.complete else " (round cut short: the next goes on)"
+        log.info("purged %s in %.2fs%s", counts, report.seconds, more)

@@ -1,0 +1,485 @@
+"""The retention part of ``SqlTx``: what the purge reads and deletes (docs/store.md, "Retention").
+
+Every statement is bounded: a queue's prefix below an offset (the unique index on
+``(topic, queue_id, queue_offset)`` finds it), or ``limit`` rows taken in primary-key or index
+order.  A purged msg_id or transaction id leaves a 64-bit hash in ``purged_ids``, so that a
+lookup can answer "expired" instead of "never existed".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    select,
+    tuple_,
+    update,
+)
+
+from broker_service.domain import names
+from broker_service.domain.consumers.model import (
+    ConsumeFrom,
+    DeliveryState,
+    MessageModel,
+    retry_topic,
+)
+from broker_service.domain.retention.model import (
+    TABLES,
+    HeadRow,
+    Position,
+    QueueHead,
+    Reader,
+    StoreStats,
+)
+from broker_service.domain.retention.plan import is_prefix_queue
+from broker_service.store.deliveries import OPEN
+from broker_service.store.part import SqlPart
+from broker_service.store.schema import (
+    consumer_groups,
+    consumer_offsets,
+    consumers,
+    deliveries,
+    export_watermarks,
+    leases,
+    message_keys,
+    messages,
+    metadata,
+    purged_ids,
+    queues,
+    subscriptions,
+    trace_events,
+    transactions,
+)
+
+m, k, q, o, d, t = (
+    messages.c,
+    message_keys.c,
+    queues.c,
+    consumer_offsets.c,
+    deliveries.c,
+    transactions.c,
+)
+
+# The topics whose rows go with their transaction: the half, its op record, its parked copy.
+_HALF_TOPICS = (names.HALF_TOPIC, names.OP_HALF_TOPIC, names.CHECK_MAX_TIME_TOPIC)
+_RESOLVED = ("COMMITTED", "ROLLED_BACK")
+_FINISHED = tuple(
+    s.value
+    for s in (DeliveryState.ACKED, DeliveryState.NACKED, DeliveryState.EXPIRED, DeliveryState.DEAD)
+)
+# A delayed queue is scanned this far past its head for released messages.
+_DELAYED_SCAN = 5_000
+_PAGES_KEPT = 8  # SQLite keeps a free eighth of its file for new rows; a quarter free is given back
+_VACUUM_STEP = 2048  # pages one compact gives back (8 MB of 4 KiB pages, about 30 ms)
+
+_heads = (
+    select(q.topic, q.queue_id, q.min_offset, q.next_offset, m.stored_at)
+    .select_from(
+        queues.outerjoin(
+            messages,
+            and_(m.topic == q.topic, m.queue_id == q.queue_id, m.queue_offset == q.min_offset),
+        )
+    )
+    .where(q.next_offset > q.min_offset)
+    .order_by(q.topic, q.queue_id)
+)
+_head_rows = (
+    select(m.queue_offset, m.stored_at)
+    .where(
+        m.topic == bindparam("topic"),
+        m.queue_id == bindparam("queue"),
+        m.queue_offset >= bindparam("start"),
+    )
+    .order_by(m.queue_offset)
+    .limit(bindparam("limit"))
+)
+
+
+def id_hash(kind: str, value: str) -> int:
+    """The 64-bit record of a purged id (``kind`` 'm' msg_id, 't' transaction id)."""
+    digest = hashlib.blake2b(f"{kind}:{value}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _in_queue(topic: str, queue_id: int, end: int) -> ColumnElement[bool]:
+    return and_(m.topic == topic, m.queue_id == queue_id, m.queue_offset < end)
+
+
+class RetentionPart(SqlPart):
+    # -- the lease ------------------------------------------------------------------------------
+
+    def hold_lease(self, name: str, holder: str, now: int, until: int) -> bool:
+        stmt = self._insert()(leases).values(name=name, holder=holder, until=until)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[leases.c.name],
+            set_={"holder": stmt.excluded.holder, "until": stmt.excluded.until},
+            where=(leases.c.holder == holder) | (leases.c.until < now),
+        )
+        # RETURNING, not the row count: a writer batch on PostgreSQL may run in pipeline mode.
+        return self.conn.execute(stmt.returning(leases.c.holder)).first() is not None
+
+    # -- what there is --------------------------------------------------------------------------
+
+    def queue_heads(self) -> list[QueueHead]:
+        return [
+            QueueHead(r.topic, r.queue_id, r.min_offset, r.next_offset, r.stored_at)
+            for r in self.conn.execute(_heads)
+        ]
+
+    def queue_head_rows(self, topic: str, queue_id: int, start: int, limit: int) -> list[HeadRow]:
+        params = {"topic": topic, "queue": queue_id, "start": start, "limit": limit}
+        return [HeadRow(r.queue_offset, r.stored_at) for r in self.conn.execute(_head_rows, params)]
+
+    def readers_of(self, topic: str) -> list[Reader]:
+        g = consumer_groups.c
+        if topic.startswith(names.RETRY_PREFIX):
+            query = select(consumer_groups).where(g.name == topic.removeprefix(names.RETRY_PREFIX))
+        else:
+            query = select(consumer_groups).join(
+                subscriptions, subscriptions.c.consumer_group == g.name
+            )
+            query = query.where(subscriptions.c.topic == topic)
+        groups = list(self.conn.execute(query))
+        if not groups:
+            return []
+        names_ = [r.name for r in groups]
+        positions: dict[str, dict[int, list[Position]]] = {}
+        for r in self.conn.execute(
+            select(o.consumer_group, o.queue_id, o.client_id, o.committed_offset).where(
+                o.topic == topic, o.consumer_group.in_(names_)
+            )
+        ):
+            by_queue = positions.setdefault(r.consumer_group, {})
+            by_queue.setdefault(r.queue_id, []).append(Position(r.client_id, r.committed_offset))
+        members: dict[str, dict[str, int]] = {}
+        broadcasting = [r.name for r in groups if r.message_model == MessageModel.BROADCASTING]
+        if broadcasting:
+            c = consumers.c
+            for member in self.conn.execute(
+                select(c.consumer_group, c.client_id, c.last_seen_at).where(
+                    c.consumer_group.in_(broadcasting)
+                )
+            ):
+                seen = members.setdefault(member.consumer_group, {})
+                seen[member.client_id] = member.last_seen_at
+        return [
+            Reader(
+                group=r.name,
+                broadcasting=r.message_model == MessageModel.BROADCASTING,
+                consume_from=ConsumeFrom(r.consume_from),
+                consume_timestamp=r.consume_timestamp,
+                own_retry_topic=topic == retry_topic(r.name),
+                positions=positions.get(r.name, {}),
+                members=members.get(r.name, {}),
+            )
+            for r in groups
+        ]
+
+    def export_watermark(self, name: str) -> int | None:
+        w = export_watermarks.c
+        value = self.conn.execute(select(w.exported_until).where(w.name == name)).scalar()
+        return None if value is None else int(value)
+
+    # -- deletes --------------------------------------------------------------------------------
+
+    def _remember(self, kind: str, ids: Iterable[str], now: int) -> None:
+        hashes = {id_hash(kind, value) for value in ids}
+        if hashes:
+            stmt = self._insert()(purged_ids).values(
+                [{"id_hash": h, "purged_at": now} for h in hashes]
+            )
+            self.conn.execute(stmt.on_conflict_do_nothing())
+
+    def purge_queue_head(
+        self,
+        topic: str,
+        queue_id: int,
+        end: int,
+        now: int,
+        *,
+        dry_run: bool = False,
+        start: int = 0,
+    ) -> dict[str, int]:
+        if dry_run:
+            counted = select(func.count()).where(
+                k.topic == topic,
+                k.queue_id == queue_id,
+                k.queue_offset >= start,
+                k.queue_offset < end,
+            )
+            return {
+                "messages": end - start,
+                "message_keys": int(self.conn.execute(counted).scalar_one()),
+            }
+        where = _in_queue(topic, queue_id, end)
+        self._remember("m", self.conn.execute(select(m.msg_id).where(where)).scalars(), now)
+        keys = self.conn.execute(
+            delete(message_keys).where(
+                k.topic == topic, k.queue_id == queue_id, k.queue_offset < end
+            )
+        ).rowcount
+        gone = self.conn.execute(delete(messages).where(where)).rowcount
+        self.conn.execute(
+            update(queues)
+            .where(q.topic == topic, q.queue_id == queue_id, q.min_offset < end)
+            .values(min_offset=end)
+        )
+        return {"messages": gone, "message_keys": keys}
+
+    def expire_position(
+        self, group: str, client_id: str, topic: str, queue_id: int, end: int, now: int
+    ) -> int:
+        where = and_(
+            o.consumer_group == group,
+            o.topic == topic,
+            o.queue_id == queue_id,
+            o.client_id == client_id,
+        )
+        committed = self.conn.execute(select(o.committed_offset).where(where)).scalar()
+        if committed is None or committed >= end:
+            return 0
+        open_ = and_(
+            d.consumer_group == group,
+            d.topic == topic,
+            d.queue_id == queue_id,
+            d.queue_offset < end,
+            OPEN,
+        )
+        if client_id:
+            open_ = and_(open_, d.client_id == client_id)
+        self.conn.execute(
+            update(deliveries)
+            .where(open_)
+            .values(state=DeliveryState.EXPIRED.value, finished_at=now)
+        )
+        self.conn.execute(
+            update(consumer_offsets)
+            .where(where)
+            .values(
+                expired=o.expired + (end - committed),
+                committed_offset=end,
+                pulled_offset=case((o.pulled_offset < end, literal(end)), else_=o.pulled_offset),
+                updated_at=now,
+            )
+        )
+        return end - int(committed)
+
+    def purge_transactions(
+        self,
+        resolved_before: int,
+        created_before: int,
+        limit: int | None,
+        now: int,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        old = and_(
+            t.state.in_(_RESOLVED),
+            t.created_at < created_before,
+            t.resolved_at < resolved_before,
+        )
+        if dry_run:
+            n = self.conn.execute(select(func.count()).select_from(transactions).where(old))
+            return {"transactions": int(n.scalar_one())}
+        done = list(
+            self.conn.execute(
+                select(t.transaction_id, t.msg_id).where(old).order_by(t.created_at).limit(limit)
+            )
+        )
+        if not done:
+            return {"transactions": 0}
+        ids = [r.transaction_id for r in done]
+        theirs = and_(m.transaction_id.in_(ids), m.topic.in_(_HALF_TOPICS))
+        rows = list(
+            self.conn.execute(select(m.id, m.topic, m.queue_id, m.queue_offset).where(theirs))
+        )
+        keys = 0
+        if rows:
+            keys = self.conn.execute(
+                delete(message_keys).where(
+                    tuple_(k.topic, k.queue_id, k.queue_offset).in_(
+                        [(r.topic, r.queue_id, r.queue_offset) for r in rows]
+                    )
+                )
+            ).rowcount
+            self.conn.execute(delete(messages).where(m.id.in_([r.id for r in rows])))
+            self._raise_min_offsets({(r.topic, r.queue_id) for r in rows})
+        self._remember("t", ids, now)
+        self._remember("m", (r.msg_id for r in done), now)
+        self.conn.execute(delete(transactions).where(t.transaction_id.in_(ids)))
+        return {"transactions": len(ids), "messages": len(rows), "message_keys": keys}
+
+    def _raise_min_offsets(self, touched: Iterable[tuple[str, int]]) -> None:
+        """A queue that loses rows one by one: its min_offset is its oldest row's offset."""
+        for topic, queue_id in sorted(touched):
+            oldest = select(func.min(m.queue_offset)).where(
+                m.topic == topic, m.queue_id == queue_id
+            )
+            self.conn.execute(
+                update(queues)
+                .where(q.topic == topic, q.queue_id == queue_id)
+                .values(min_offset=func.coalesce(oldest.scalar_subquery(), q.next_offset))
+            )
+
+    def purge_released_delayed(
+        self,
+        topic: str,
+        queue_id: int,
+        released_before: int,
+        stored_before: int,
+        limit: int | None,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        done = and_(
+            m.released_at.is_not(None),
+            m.released_at < released_before,
+            m.stored_at < stored_before,
+        )
+        if dry_run:
+            n = self.conn.execute(
+                select(func.count()).where(m.topic == topic, m.queue_id == queue_id, done)
+            )
+            return {"messages": int(n.scalar_one())}
+        # The queue's head, far enough to pass a few messages still waiting for their time.
+        start = self.conn.execute(
+            select(q.min_offset).where(q.topic == topic, q.queue_id == queue_id)
+        ).scalar()
+        if start is None:
+            return {"messages": 0}
+        window = (
+            select(m.id)
+            .where(m.topic == topic, m.queue_id == queue_id, m.queue_offset >= start)
+            .order_by(m.queue_offset)
+            .limit(max(limit or 0, _DELAYED_SCAN))
+            .subquery()
+        )
+        chosen = (
+            select(m.id).where(m.id.in_(select(window.c.id)), done).limit(limit).scalar_subquery()
+        )
+        gone = self.conn.execute(delete(messages).where(m.id.in_(chosen))).rowcount
+        if gone:
+            self._raise_min_offsets([(topic, queue_id)])
+        return {"messages": gone}
+
+    def purge_deliveries(
+        self,
+        finished_before: int,
+        delivered_before: int,
+        limit: int | None,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        old = and_(
+            d.state.in_(_FINISHED),
+            d.delivered_at < delivered_before,
+            d.finished_at < finished_before,
+        )
+        return self._bounded(deliveries.c.id, old, limit, dry_run)
+
+    def purge_trace(self, before: int, limit: int | None, *, dry_run: bool = False) -> int:
+        return self._bounded(trace_events.c.id, trace_events.c.at < before, limit, dry_run)
+
+    def purge_purged_ids(self, before: int, limit: int | None, *, dry_run: bool = False) -> int:
+        p = purged_ids.c
+        return self._bounded(p.id_hash, p.purged_at < before, limit, dry_run)
+
+    def _bounded(
+        self, key: Any, where: ColumnElement[bool], limit: int | None, dry_run: bool
+    ) -> int:
+        """Delete (count, ``dry_run``) up to ``limit`` rows matching ``where``, oldest keys first."""
+        table = key.table
+        if dry_run:
+            return int(
+                self.conn.execute(select(func.count()).select_from(table).where(where)).scalar_one()
+            )
+        chosen = select(key).where(where).order_by(key).limit(limit).scalar_subquery()
+        return int(self.conn.execute(delete(table).where(key.in_(chosen))).rowcount)
+
+    def compact(self) -> int:
+        """SQLite: give free pages back to the file system (incremental vacuum) once a quarter of
+        the file is free, down to an eighth kept for new rows, at most ``_VACUUM_STEP`` pages a
+        call (about 30 ms).  PostgreSQL: autovacuum's job (VACUUM cannot run in a transaction)."""
+        if self._postgres:
+            return 0
+        pages = int(self.conn.exec_driver_sql("PRAGMA page_count").scalar_one())
+        free = int(self.conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
+        if free * 4 < pages:
+            return 0
+        give = min(free - pages // _PAGES_KEPT, _VACUUM_STEP)
+        # The driver steps a pragma once, and each step of incremental_vacuum frees one page:
+        # it is executed once per page, on the writer's connection, inside its transaction.
+        cursor = self.conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            for _ in range(give):
+                cursor.execute("PRAGMA incremental_vacuum")
+        finally:
+            cursor.close()
+        return give
+
+    # -- what an operator asks -------------------------------------------------------------------
+
+    def store_stats(self, export_watermark: str) -> StoreStats:
+        rows = {
+            name: int(
+                self.conn.execute(
+                    select(func.count()).select_from(metadata.tables[name])
+                ).scalar_one()
+            )
+            for name in TABLES
+        }
+        if self._postgres:
+            size = sum(
+                int(
+                    self.conn.execute(
+                        select(func.pg_total_relation_size(literal(table.name)))
+                    ).scalar_one()
+                )
+                for table in metadata.sorted_tables
+            )
+            free = 0
+        else:
+            page = int(self.conn.exec_driver_sql("PRAGMA page_size").scalar_one())
+            size = page * int(self.conn.exec_driver_sql("PRAGMA page_count").scalar_one())
+            free = page * int(self.conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
+        oldest = [
+            h.oldest_stored_at
+            for h in self.queue_heads()
+            if h.oldest_stored_at is not None and is_prefix_queue(h.topic)
+        ]
+        expired = {
+            r.consumer_group: int(r.n)
+            for r in self.conn.execute(
+                select(o.consumer_group, func.sum(o.expired).label("n"))
+                .where(o.expired > 0)
+                .group_by(o.consumer_group)
+            )
+        }
+        return StoreStats(
+            size_bytes=size,
+            free_bytes=free,
+            rows=rows,
+            oldest_message_at=min(oldest, default=None),
+            export_watermark=self.export_watermark(export_watermark),
+            expired=expired,
+        )
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def purged_at(self, kind: str, ids: Sequence[str]) -> int | None:
+        if not ids:
+            return None
+        p = purged_ids.c
+        hashes = [id_hash(kind, value) for value in ids]
+        value = self.conn.execute(select(func.max(p.purged_at)).where(p.id_hash.in_(hashes)))
+        found = value.scalar()
+        return None if found is None else int(found)
