@@ -382,3 +382,37 @@ async def test_sqlite_gives_the_space_of_purged_rows_back(sqlite_url: str) -> No
         (free,) = sql(broker, "PRAGMA freelist_count")
         assert after[0] < pages[0] / 2  # the file shrank: ~4 MB of bodies went
         assert free[0] * 4 < after[0]  # some kept free for new rows, less than a quarter
+
+
+async def test_finished_deliveries_go_and_open_ones_stay(broker: BrokerApp) -> None:
+    await broker.topic("t", queues=1)
+    await subscribe(broker, "g", "t")
+    await send(broker, "t", [f"m{i}" for i in range(6)])
+    await consume(broker, "g", 6, ack=4)  # four acked, two in flight
+
+    report = await purger(broker, 49).purge()
+
+    assert report.purged["deliveries"] == 4
+    states = sql(broker, "SELECT state, count(*) FROM deliveries GROUP BY state")
+    assert dict(states) == {"INFLIGHT": 2}
+    assert await queue_offsets(broker, "t") == (4, 6)  # the in-flight messages are kept
+
+
+async def test_the_scheduler_purges_on_its_own(migrated_url: str) -> None:
+    async with BrokerApp.start(
+        database_url=migrated_url,
+        retention_wait_for_export=False,
+        retention_hours=0.0002,  # 0.72 s
+        purge_interval_seconds=0.2,
+    ) as broker:
+        await broker.topic("t", queues=1)
+        await subscribe(broker, "g", "t")
+        await send(broker, "t", [f"m{i}" for i in range(5)])
+        await consume(broker, "g", 5)
+        for _ in range(100):
+            if (await queue_offsets(broker, "t"))[0] == 5:
+                break
+            await asyncio.sleep(0.1)
+        assert await queue_offsets(broker, "t") == (5, 5)
+        metrics = (await broker.client.get("/metrics")).text
+        assert 'halfmq_retention_purged_rows_total{table="messages"} 5.0' in metrics
