@@ -110,8 +110,12 @@ def id_hash(kind: str, value: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _in_queue(topic: str, queue_id: int, end: int) -> ColumnElement[bool]:
-    return and_(m.topic == topic, m.queue_id == queue_id, m.queue_offset < end)
+def _in_queue(topic: str, queue_id: int, start: int, end: int) -> ColumnElement[bool]:
+    """Offsets ``start`` to ``end`` of a queue: bounded below too, so that an index scan starts
+    past the entries of rows deleted before (PostgreSQL keeps them until a vacuum)."""
+    return and_(
+        m.topic == topic, m.queue_id == queue_id, m.queue_offset >= start, m.queue_offset < end
+    )
 
 
 class RetentionPart(SqlPart):
@@ -220,11 +224,14 @@ class RetentionPart(SqlPart):
                 "messages": end - start,
                 "message_keys": int(self.conn.execute(counted).scalar_one()),
             }
-        where = _in_queue(topic, queue_id, end)
+        where = _in_queue(topic, queue_id, start, end)
         self._remember("m", self.conn.execute(select(m.msg_id).where(where)).scalars(), now)
         keys = self.conn.execute(
             delete(message_keys).where(
-                k.topic == topic, k.queue_id == queue_id, k.queue_offset < end
+                k.topic == topic,
+                k.queue_id == queue_id,
+                k.queue_offset >= start,
+                k.queue_offset < end,
             )
         ).rowcount
         gone = self.conn.execute(delete(messages).where(where)).rowcount

@@ -41,9 +41,9 @@ class RetentionStore(Protocol):
         dry_run: bool = False,
         start: int = 0,
     ) -> dict[str, int]:
-        """Delete the queue's messages below offset ``end`` (and their key rows), remember their
-        ids as purged, and raise its ``min_offset`` to ``end``: counts by table.  ``dry_run``:
-        count those from ``start`` on, delete nothing."""
+        """Delete the queue's messages from offset ``start`` (its ``min_offset``) to ``end`` and
+        their key rows, remember their ids as purged, and raise its ``min_offset`` to ``end``:
+        counts by table.  ``dry_run``: count them, delete nothing."""
         ...
 
     def expire_position(

@@ -177,7 +177,9 @@ class RetentionService:
             if plan.end > info.min_offset:
                 for e in plan.expiries:
                     tx.expire_position(e.group, e.client_id, topic, queue_id, plan.end, now)
-                state.report.add(tx.purge_queue_head(topic, queue_id, plan.end, now))
+                state.report.add(
+                    tx.purge_queue_head(topic, queue_id, plan.end, now, start=info.min_offset)
+                )
             return plan, info.min_offset
 
         scanned = 0
