@@ -299,7 +299,8 @@ class RetentionPart(SqlPart):
             return {"transactions": int(n.scalar_one())}
         done = list(
             self.conn.execute(
-                select(t.transaction_id, t.msg_id).where(old).order_by(t.created_at).limit(limit)
+                # No ORDER BY: the planner would sort every old row for each batch; any will do.
+                select(t.transaction_id, t.msg_id).where(old).limit(limit)
             )
         )
         if not done:
@@ -391,25 +392,32 @@ class RetentionPart(SqlPart):
             d.delivered_at < delivered_before,
             d.finished_at < finished_before,
         )
-        return self._bounded(deliveries.c.id, old, limit, dry_run)
+        return self._bounded(deliveries.c.id, deliveries.c.id, old, limit, dry_run)
 
     def purge_trace(self, before: int, limit: int | None, *, dry_run: bool = False) -> int:
-        return self._bounded(trace_events.c.id, trace_events.c.at < before, limit, dry_run)
+        key = trace_events.c.id
+        return self._bounded(key, key, trace_events.c.at < before, limit, dry_run)
 
     def purge_purged_ids(self, before: int, limit: int | None, *, dry_run: bool = False) -> int:
         p = purged_ids.c
-        return self._bounded(p.id_hash, p.purged_at < before, limit, dry_run)
+        return self._bounded(p.id_hash, p.purged_at, p.purged_at < before, limit, dry_run)
 
     def _bounded(
-        self, key: Any, where: ColumnElement[bool], limit: int | None, dry_run: bool
+        self,
+        key: Any,
+        order: Any,
+        where: ColumnElement[bool],
+        limit: int | None,
+        dry_run: bool,
     ) -> int:
-        """Delete (count, ``dry_run``) up to ``limit`` rows matching ``where``, oldest keys first."""
+        """Delete (count, ``dry_run``) up to ``limit`` rows matching ``where``, taken in the order
+        of the indexed ``order`` (the old ones come first, so the scan stops soon)."""
         table = key.table
         if dry_run:
             return int(
                 self.conn.execute(select(func.count()).select_from(table).where(where)).scalar_one()
             )
-        chosen = select(key).where(where).order_by(key).limit(limit).scalar_subquery()
+        chosen = select(key).where(where).order_by(order).limit(limit).scalar_subquery()
         return int(self.conn.execute(delete(table).where(key.in_(chosen))).rowcount)
 
     def compact(self) -> int:
