@@ -142,7 +142,11 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         )
     messages = MessageService(writes, sender)
     retention = RetentionService(
-        store, settings.retention_policy(), clock, on_round=lambda r: count_round(metrics, r)
+        store,
+        settings.retention_policy(),
+        clock,
+        on_round=lambda r: count_round(metrics, r),
+        upkeep=store,
     )
     purges = None
     if settings.scheduler:

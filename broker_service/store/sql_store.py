@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -29,6 +29,15 @@ from broker_service.store.writer import GroupCommitWriter
 log = logging.getLogger("halfmq.store")
 
 _CLOSE_WAIT_SECONDS = 10.0
+
+# The tables retention deletes from, and when a purge vacuums them (PostgreSQL).
+RECLAIMED = ("messages", "message_keys", "transactions", "deliveries", "trace_events", "purged_ids")
+_DEAD_MIN = 10_000
+# The planner's estimate of each table's rows (kept by VACUUM and ANALYZE): no count(*).
+_estimated_rows = text(
+    "SELECT relname, reltuples::bigint FROM pg_class "
+    "WHERE relnamespace = current_schema()::regnamespace AND relname = ANY(:tables)"
+)
 
 T = TypeVar("T")
 
@@ -76,6 +85,7 @@ class SqlStore:
         self.flush = settings.flush
         self._claims: dict[bool, Engine] = {}
         self.inflight = InFlight()
+        self._dead: dict[str, int] = {}  # rows purged since this store last vacuumed the table
         self.closed = False
         self.schema_current = False
         self.schema_reason = "starting"
@@ -183,3 +193,37 @@ class SqlStore:
 
     def stats(self) -> dict[str, Any]:
         return {"batches": self.writer.batches, "units": self.writer.units}
+
+    async def reclaim(self, purged: Mapping[str, int]) -> list[str]:
+        """After a purge round (:class:`~broker_service.domain.ports.StoreUpkeep`) that deleted
+        ``purged`` rows by table.  PostgreSQL reuses a deleted row's space only once a VACUUM has
+        passed, and autovacuum waits for a fifth of a table to be dead (or is off): a table
+        whose purged rows since its last vacuum here reach ``_DEAD_MIN`` and a twentieth of its
+        rows is vacuumed now, on a connection of its own (VACUUM cannot run in a transaction),
+        beside the writer.  SQLite gives pages back in the purge's own units (``compact``)."""
+        self._guard()
+        if self.dialect != "postgresql":
+            return []
+        for table, n in purged.items():
+            if table in RECLAIMED:
+                self._dead[table] = self._dead.get(table, 0) + n
+        return await anyio.to_thread.run_sync(self._vacuum)
+
+    def _vacuum(self) -> list[str]:
+        done: list[str] = []
+        candidates = [t for t, n in self._dead.items() if n >= _DEAD_MIN]
+        if not candidates:
+            return done
+        with self.inflight.hold(), self.readers.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            found = conn.execute(_estimated_rows, {"tables": candidates}).all()
+            sizes: dict[str, int] = {str(name): int(rows) for name, rows in found}
+            for table in candidates:
+                if self._dead[table] * 20 < sizes.get(table, 0):
+                    continue
+                conn.exec_driver_sql(f'VACUUM (ANALYZE) "{table}"')
+                self._dead[table] = 0
+                done.append(table)
+        if done:
+            log.info("vacuumed %s after the purge", ", ".join(done))
+        return done

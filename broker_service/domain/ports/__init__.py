@@ -17,7 +17,7 @@ from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
-from broker_service.domain.ports.retention import RetentionStore
+from broker_service.domain.ports.retention import RetentionStore, StoreUpkeep
 from broker_service.domain.ports.store import (
     Readiness,
     Store,
@@ -42,6 +42,7 @@ __all__ = [
     "Store",
     "StoreProbe",
     "StoreTx",
+    "StoreUpkeep",
     "TransactionStore",
     "TransactionUnit",
     "UnitRunner",

@@ -6,7 +6,7 @@ unit of work stays short beside the sends it shares the writer with.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from broker_service.domain.retention.model import HeadRow, QueueHead, Reader, StoreStats
@@ -107,4 +107,12 @@ class RetentionStore(Protocol):
     def purged_at(self, kind: str, ids: Sequence[str]) -> int | None:
         """When one of ``ids`` (``kind`` 'm' msg_id, 't' transaction id) was purged; None when
         none was."""
+        ...
+
+
+class StoreUpkeep(Protocol):
+    async def reclaim(self, purged: Mapping[str, int]) -> list[str]:
+        """After a purge round that deleted ``purged`` rows by table, outside its transactions:
+        let the store make the space of deleted rows reusable where that takes more than the
+        deletes (PostgreSQL's VACUUM).  The tables it reclaimed."""
         ...

@@ -101,6 +101,7 @@ class PurgeReport:
     complete: bool = True
     export_held: bool = False
     seconds: float = 0.0
+    reclaimed: list[str] = field(default_factory=list)  # tables the store vacuumed after it
 
     def add(self, counts: dict[str, int]) -> None:
         for table, n in counts.items():

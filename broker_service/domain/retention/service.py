@@ -22,7 +22,7 @@ from broker_service.domain import names
 from broker_service.domain.clock import now_ms
 from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.errors import Conflict
-from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.ports import Store, StoreTx, StoreUpkeep
 from broker_service.domain.retention.model import (
     LEASE,
     Expiry,
@@ -60,6 +60,7 @@ class RetentionService:
         *,
         lease_ms: int = 60_000,
         on_round: Callable[[PurgeReport], None] | None = None,
+        upkeep: StoreUpkeep | None = None,
     ) -> None:
         """``on_round``: told of every round that purged (not of dry runs), whoever asked for
         it -- the scheduler or an operator -- to count it."""
@@ -68,6 +69,7 @@ class RetentionService:
         self.clock = clock
         self.lease_ms = lease_ms
         self.on_round = on_round
+        self.upkeep = upkeep
         self._running = asyncio.Lock()  # one round at a time in this broker
 
     async def purge(
@@ -128,6 +130,8 @@ class RetentionService:
                 if not await self.store.write(lambda tx: tx.compact()):
                     break
                 await asyncio.sleep(pause_seconds)
+            if self.upkeep is not None:
+                report.reclaimed = await self.upkeep.reclaim(report.purged)
         report.complete = state.budget > 0
         report.seconds = time.monotonic() - started
         return report
