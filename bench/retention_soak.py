@@ -4,7 +4,7 @@ broker's RSS over time, and sends while a purge round runs against sends while n
     python bench/retention_soak.py [--minutes 10] [--retention-seconds 60] [--store sqlite]
         [--rate 1500] [--batch 50] [--closed-minutes 2] [--closed-connections 16]
         [--purge-interval 60]
-        [--purge-batch 1000] [--purge-pause 0.02] [--sample-seconds 10]
+        [--purge-batch 1000] [--purge-share 0.05] [--purge-pause 0.002] [--sample-seconds 10]
 
 It starts one broker process on 127.0.0.1 (``--store sqlite``: a fresh file; ``postgresql``: a
 scratch schema of its own in the ``test`` database, dropped at the end) with
@@ -124,6 +124,7 @@ def start_broker(url: str, db: Path | None, log: Path, args: argparse.Namespace)
         HALFMQ_PURGE_INTERVAL_SECONDS=repr(args.purge_interval),
         HALFMQ_PURGE_BATCH=str(args.purge_batch),
         HALFMQ_PURGE_PAUSE_SECONDS=repr(args.purge_pause),
+        HALFMQ_PURGE_SHARE=repr(args.purge_share),
     )
     port = free_port()
     command = [sys.executable, "-m", "halfmq", "broker", "serve", "--database-url", url]
@@ -729,7 +730,8 @@ def main() -> None:
     parser.add_argument("--closed-batch", type=int, default=1, help="messages a closed-loop send")
     parser.add_argument("--purge-interval", type=float, default=60.0)
     parser.add_argument("--purge-batch", type=int, default=1000)
-    parser.add_argument("--purge-pause", type=float, default=0.02)
+    parser.add_argument("--purge-pause", type=float, default=0.002)
+    parser.add_argument("--purge-share", type=float, default=0.05)
     parser.add_argument("--sample-seconds", type=float, default=10.0)
     parser.add_argument("--table-seconds", type=float, default=30.0)
     parser.add_argument("--ref-minute", type=float, default=2.0)

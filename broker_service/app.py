@@ -155,6 +155,7 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
             metrics,
             interval_seconds=settings.purge_interval_seconds,
             pause_seconds=settings.purge_pause_seconds,
+            share=settings.purge_share,
         )
     return Broker(
         settings=settings,

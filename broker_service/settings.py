@@ -83,8 +83,15 @@ class BrokerSettings(BaseSettings):
     purge_batch: int = Field(
         1000, ge=1, le=100_000, description="Most rows one purge unit of work deletes"
     )
+    purge_share: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="Share of the store writer's time the purge takes while it keeps up "
+        "(doubled for each round that falls behind)",
+    )
     purge_pause_seconds: float = Field(
-        0.02, ge=0, description="Pause between the purge's units of work, left to the sends"
+        0.002, ge=0, description="Least pause between the purge's units of work"
     )
     transaction_timeout_seconds: float = Field(6, ge=0)
     transaction_check_interval_seconds: float = Field(30, gt=0)

@@ -1,7 +1,10 @@
 """Runs a purge round every ``purge_interval_seconds`` (docs/store.md, "Retention").
 
 Of several brokers on one database, the one holding the ``retention`` lease purges; the others
-find it held and wait for the next round.  A round stops at ``max_rows`` and goes on at the next.
+find it held and wait for the next round.  A round takes about ``purge_share`` of the store
+writer's time.  A round that did not finish within the interval (or stopped at ``max_rows``)
+means the purge falls behind: the next starts at once with twice the share (up to all of it),
+until one finishes in time; then the share is ``purge_share`` again.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 
 from broker_service.domain.errors import DomainError
 from broker_service.domain.retention.model import PurgeReport
-from broker_service.domain.retention.service import LeaseHeld, RetentionService
+from broker_service.domain.retention.service import LeaseHeld, Pace, RetentionService
 from broker_service.metrics import BrokerMetrics
 
 log = logging.getLogger("halfmq.retention")
@@ -29,12 +32,14 @@ class RetentionScheduler:
         *,
         interval_seconds: float,
         pause_seconds: float,
-        max_rows: int = 200_000,
+        share: float = 1.0,
+        max_rows: int = 1_000_000,
     ) -> None:
         self.service = service
         self.metrics = metrics
         self.interval = interval_seconds
-        self.pause = pause_seconds
+        self.base = Pace(share=share, pause=pause_seconds)
+        self.pace = self.base  # the share rises while the purge is behind
         self.max_rows = max_rows
         self._task: asyncio.Task[None] | None = None
         self._warned_export_at = -_EXPORT_WARNING_SECONDS
@@ -50,14 +55,34 @@ class RetentionScheduler:
             self._task = None
 
     async def _loop(self) -> None:
+        delay = self.interval
         while True:
-            await asyncio.sleep(self.interval)
-            await self.run_round()
+            await asyncio.sleep(delay)
+            report = await self.run_round()
+            behind = report is not None and (not report.complete or report.seconds >= self.interval)
+            seconds = 0.0 if report is None else report.seconds
+            delay = self.base.pause if behind else max(self.base.pause, self.interval - seconds)
+            self.adapt(behind)
+
+    def adapt(self, behind: bool) -> None:
+        """Twice the share after a round that fell behind; the set share after one in time."""
+        share = min(1.0, self.pace.share * 2) if behind else self.base.share
+        if share == self.pace.share:
+            return
+        if behind:
+            log.info(
+                "the purge falls behind: the next round goes on at once, with %.0f%% of the "
+                "store writer's time",
+                share * 100,
+            )
+        else:
+            log.info("the purge caught up: back to %.0f%% of the writer's time", share * 100)
+        self.pace = Pace(share=share, pause=self.base.pause)
 
     async def run_round(self) -> PurgeReport | None:
         """One round, counted and logged; None when it did not run (lease held, failure)."""
         try:
-            report = await self.service.purge(max_rows=self.max_rows, pause_seconds=self.pause)
+            report = await self.service.purge(max_rows=self.max_rows, pace=self.pace)
         except LeaseHeld:
             self.metrics.purge_rounds.labels(result="lease_held").inc()
             return None

@@ -21,7 +21,7 @@ from broker_service.api.schemas.store import (
     StoreStatsOut,
 )
 from broker_service.domain.retention.model import PurgeReport
-from broker_service.domain.retention.service import RetentionService
+from broker_service.domain.retention.service import Pace, RetentionService
 from broker_service.settings import BrokerSettings
 
 router = APIRouter(prefix="/v1/store", tags=["store"], responses=ERROR_RESPONSES)
@@ -84,9 +84,8 @@ async def purge(
     ``{"dry_run": false}`` purges (counted into the metrics like a scheduled round).  409
     ``PURGE_RUNNING`` while another round runs, on this broker or another on the store."""
     dry_run = True if body is None else body.dry_run
-    report = await service.purge(
-        dry_run=dry_run, max_rows=PURGE_MAX_ROWS, pause_seconds=settings.purge_pause_seconds
-    )
+    pace = Pace(share=settings.purge_share, pause=settings.purge_pause_seconds)
+    report = await service.purge(dry_run=dry_run, max_rows=PURGE_MAX_ROWS, pace=pace)
     return purge_out(report)
 
 

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from broker_service.domain import names
 from broker_service.domain.clock import now_ms
@@ -33,6 +34,7 @@ from broker_service.domain.retention.model import (
 from broker_service.domain.retention.plan import QueuePlan, cuts_for, is_prefix_queue, plan_queue
 
 log = logging.getLogger("halfmq.retention")
+_T = TypeVar("_T")
 
 # A dry run reads this many rows of a queue at a time, and gives up counting past this many.
 _DRY_CHUNK = 10_000
@@ -44,11 +46,25 @@ class LeaseHeld(Conflict):
     code = "PURGE_RUNNING"
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How a round leaves the store to the sends: after a unit of work that held the store's
+    writer for ``t`` seconds it waits ``t * (1 - share) / share`` (so the purge takes about
+    ``share`` of the writer's time), and never less than ``pause``."""
+
+    share: float = 1.0
+    pause: float = 0.0
+
+    def after(self, took: float) -> float:
+        return max(self.pause, took * (1 - self.share) / self.share)
+
+
 @dataclass(slots=True)
 class _Round:
     report: PurgeReport
     exported: int | None
     budget: int
+    pace: Pace
 
 
 class RetentionService:
@@ -73,21 +89,21 @@ class RetentionService:
         self._running = asyncio.Lock()  # one round at a time in this broker
 
     async def purge(
-        self, *, dry_run: bool = False, max_rows: int = 1_000_000, pause_seconds: float = 0.0
+        self, *, dry_run: bool = False, max_rows: int = 1_000_000, pace: Pace = Pace()
     ) -> PurgeReport:
-        """One round: at most ``max_rows`` rows, ``pause_seconds`` between units of work.
+        """One round: at most ``max_rows`` rows, its units of work paced by ``pace``.
 
         Raises :class:`LeaseHeld` when another round runs (here, or on another broker) before
         this one deleted anything; a round that loses the lease midway answers what it did,
         ``complete`` false."""
         if dry_run:
-            return await self._round(True, max_rows, pause_seconds)
+            return await self._round(True, max_rows, pace)
         if self._running.locked():
             raise LeaseHeld("a purge round is running in this broker", lease=LEASE)
         async with self._running:
             report = PurgeReport()
             try:
-                report = await self._round(False, max_rows, pause_seconds, report)
+                report = await self._round(False, max_rows, pace, report)
             except LeaseHeld:
                 if not report.total and not report.expired:
                     raise
@@ -100,7 +116,7 @@ class RetentionService:
         self,
         dry_run: bool,
         max_rows: int,
-        pause_seconds: float,
+        pace: Pace,
         report: PurgeReport | None = None,
     ) -> PurgeReport:
         """The round, filling ``report`` as it goes (so that a lost lease leaves what was done)."""
@@ -115,21 +131,20 @@ class RetentionService:
         report.export_held = policy.wait_for_export and (
             exported is None or exported < self.clock() - policy.retention_ms
         )
-        state = _Round(report, exported, max_rows)
+        state = _Round(report, exported, max_rows, pace)
         for head in await self.store.read(lambda tx: tx.queue_heads()):
             if state.budget <= 0:
                 break
             if is_prefix_queue(head.topic):
-                await self._queue(head, state, dry_run, pause_seconds)
+                await self._queue(head, state, dry_run)
             elif head.topic == names.SCHEDULE_TOPIC:
-                await self._delayed(head, state, dry_run, pause_seconds)
-        await self._transactions(state, dry_run, pause_seconds)
-        await self._finished_rows(state, dry_run, pause_seconds)
+                await self._delayed(head, state, dry_run)
+        await self._transactions(state, dry_run)
+        await self._finished_rows(state, dry_run)
         if not dry_run and report.total:
             for _ in range(_COMPACT_STEPS):
-                if not await self.store.write(lambda tx: tx.compact()):
+                if not await self._step(state, lambda tx: tx.compact(), False):
                     break
-                await asyncio.sleep(pause_seconds)
             if self.upkeep is not None:
                 report.reclaimed = await self.upkeep.reclaim(report.purged)
         report.complete = state.budget > 0
@@ -137,6 +152,17 @@ class RetentionService:
         return report
 
     # -- units ----------------------------------------------------------------------------------
+
+    async def _step(self, state: _Round, unit: Callable[[StoreTx], _T], dry_run: bool) -> _T:
+        """One unit of work (a write; a read for a dry run), then the pause its pace asks for.
+
+        The pace counts the whole wait for the unit -- its turn at the writer, its statements,
+        and the commit of the batch it went in, which writes (and later checkpoints) the pages
+        it changed -- so that a busy writer makes the purge slower, not the sends."""
+        started = time.perf_counter()
+        result = await (self.store.read(unit) if dry_run else self.store.write(unit))
+        await asyncio.sleep(state.pace.after(time.perf_counter() - started))
+        return result
 
     def _fence(self, tx: StoreTx) -> int:
         """Renew the lease in the unit's transaction: raises when another broker holds it."""
@@ -147,7 +173,7 @@ class RetentionService:
             )
         return now
 
-    async def _queue(self, head: QueueHead, state: _Round, dry_run: bool, pause: float) -> None:
+    async def _queue(self, head: QueueHead, state: _Round, dry_run: bool) -> None:
         cuts = cuts_for(self.policy, head.topic, self.clock(), state.exported)
         if head.oldest_stored_at is not None and head.oldest_stored_at >= cuts.age:
             return  # nothing old enough
@@ -188,7 +214,7 @@ class RetentionService:
 
         scanned = 0
         while state.budget > 0:
-            plan, was = await (self.store.read(unit) if dry_run else self.store.write(unit))
+            plan, was = await self._step(state, unit, dry_run)
             moved = max(0, plan.end - was)
             scanned += moved
             state.budget -= moved
@@ -196,7 +222,6 @@ class RetentionService:
             if not plan.more or moved == 0 or (dry_run and scanned >= _DRY_MAX):
                 return
             start = plan.end
-            await asyncio.sleep(pause)
 
     def _note(self, report: PurgeReport, plan: QueuePlan, dry_run: bool) -> None:
         for held in plan.held:
@@ -207,7 +232,7 @@ class RetentionService:
             for expiry in plan.expiries:
                 _log_expiry(expiry, self.policy)
 
-    async def _delayed(self, head: QueueHead, state: _Round, dry_run: bool, pause: float) -> None:
+    async def _delayed(self, head: QueueHead, state: _Round, dry_run: bool) -> None:
         now = self.clock()
         cuts = cuts_for(self.policy, head.topic, now, state.exported)
 
@@ -224,9 +249,9 @@ class RetentionService:
                 dry_run=dry_run,
             )
 
-        await self._repeat(unit, state, dry_run, pause)
+        await self._repeat(unit, state, dry_run)
 
-    async def _transactions(self, state: _Round, dry_run: bool, pause: float) -> None:
+    async def _transactions(self, state: _Round, dry_run: bool) -> None:
         now = self.clock()
         resolved_before = now - self.policy.retention_ms
         created_before = cuts_for(self.policy, names.HALF_TOPIC, now, state.exported).age
@@ -238,9 +263,9 @@ class RetentionService:
                 resolved_before, min(created_before, resolved_before), limit, at, dry_run=dry_run
             )
 
-        await self._repeat(unit, state, dry_run, pause)
+        await self._repeat(unit, state, dry_run)
 
-    async def _finished_rows(self, state: _Round, dry_run: bool, pause: float) -> None:
+    async def _finished_rows(self, state: _Round, dry_run: bool) -> None:
         """Finished deliveries (exported ones), trace events, and purged-id records."""
         now = self.clock()
         before = now - self.policy.retention_ms
@@ -266,24 +291,22 @@ class RetentionService:
             return {"purged_ids": tx.purge_purged_ids(before, limit, dry_run=dry_run)}
 
         for unit in (deliveries, trace, purged_ids):
-            await self._repeat(unit, state, dry_run, pause)
+            await self._repeat(unit, state, dry_run)
 
     async def _repeat(
         self,
         unit: Callable[[StoreTx], dict[str, int]],
         state: _Round,
         dry_run: bool,
-        pause: float,
     ) -> None:
         """Run ``unit`` until it purges less than a batch (a dry run counts once)."""
         while state.budget > 0:
-            counts = await (self.store.read(unit) if dry_run else self.store.write(unit))
+            counts = await self._step(state, unit, dry_run)
             state.report.add(counts)
             done = sum(counts.values())
             state.budget -= done
             if dry_run or done < self.policy.batch:
                 return
-            await asyncio.sleep(pause)
 
     async def stats(self) -> StoreStats:
         return await self.store.read(lambda tx: tx.store_stats(self.policy.export_watermark))

@@ -102,3 +102,12 @@ def test_the_brokers_own_queues_lose_rows_one_by_one() -> None:
     assert is_prefix_queue("%DLQ%g")
     assert not is_prefix_queue("RMQ_SYS_TRANS_HALF_TOPIC")
     assert not is_prefix_queue("SCHEDULE_TOPIC_XXXX")
+
+
+def test_a_pace_leaves_the_writer_to_the_sends_in_proportion() -> None:
+    from broker_service.domain.retention.service import Pace
+
+    tenth = Pace(share=0.1, pause=0.002)
+    assert abs(tenth.after(0.010) - 0.090) < 1e-9  # 10 ms of work, 90 ms left to the sends
+    assert tenth.after(0.0001) == 0.002  # never less than the least pause
+    assert Pace(share=1.0, pause=0.0).after(0.5) == 0.0  # all of it: no wait

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 from broker_service.domain.clock import now_ms
 from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.retention.model import PurgeReport
-from broker_service.domain.retention.service import LeaseHeld, RetentionService
+from broker_service.domain.retention.service import LeaseHeld, Pace, RetentionService
 from tests.support import BrokerApp
 
 HOUR = 3_600_000
@@ -291,7 +291,7 @@ async def test_one_round_at_a_time_in_a_broker_and_a_lost_lease_keeps_what_was_d
     await broker.topic("t", queues=1)
     await send(broker, "t", [f"m{i}" for i in range(30)])
     service = purger(broker, 49)  # batches of 7 rows, a pause between them
-    first = asyncio.create_task(service.purge(pause_seconds=0.2))
+    first = asyncio.create_task(service.purge(pace=Pace(pause=0.2)))
     await asyncio.sleep(0.1)
     with pytest.raises(LeaseHeld):
         await service.purge()
@@ -418,6 +418,65 @@ async def test_the_scheduler_purges_on_its_own(migrated_url: str) -> None:
             await asyncio.sleep(0.1)
         assert await queue_offsets(broker, "t") == (5, 5)
         assert line in metrics
+
+
+async def test_a_purge_that_falls_behind_goes_on_at_once_with_more_of_the_writer(
+    migrated_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from broker_service.schedulers.retention import RetentionScheduler
+
+    async with BrokerApp.start(
+        database_url=migrated_url,
+        scheduler=False,
+        retention_wait_for_export=False,
+        retention_hours=0.0001,  # 0.36 s
+        purge_batch=10,
+    ) as broker:
+        await broker.topic("t", queues=1)
+        await send(broker, "t", [f"m{i}" for i in range(100)])  # nobody subscribes: all may go
+        # Rounds of three units, 5 s apart unless one is cut short.
+        scheduler = RetentionScheduler(
+            broker.state.retention,
+            broker.state.metrics,
+            interval_seconds=5,
+            pause_seconds=0.002,
+            share=0.25,
+            max_rows=30,
+        )
+        caplog.set_level("INFO", logger="halfmq.retention")
+        await asyncio.sleep(0.5)
+        first = await scheduler.run_round()
+        assert first is not None
+        assert first.purged["messages"] == 30
+        assert not first.complete
+        scheduler.adapt(behind=True)
+        assert scheduler.pace.share == 0.5
+        assert "falls behind" in caplog.text
+        scheduler.adapt(behind=True)
+        scheduler.adapt(behind=True)
+        assert scheduler.pace.share == 1.0  # all of the writer, no more
+        scheduler.adapt(behind=False)
+        assert scheduler.pace.share == 0.25
+        assert "caught up" in caplog.text
+        # The loop: its first round 5 s on, then the three more the 70 messages left need back
+        # to back (5 s apart they would take 20 s).
+        started = asyncio.get_running_loop().time()
+        scheduler.start()
+        try:
+            for _ in range(150):  # 15 s at most
+                if await queue_offsets(broker, "t") == (100, 100):
+                    break
+                await asyncio.sleep(0.1)
+            took = asyncio.get_running_loop().time() - started
+            for _ in range(50):  # the last round's end: its compaction, then its pace
+                if scheduler.pace.share == 0.25:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await scheduler.stop()
+        assert await queue_offsets(broker, "t") == (100, 100)
+        assert took < 9, took
+        assert scheduler.pace.share == 0.25  # the last round finished: back to the set share
 
 
 async def test_postgresql_vacuums_what_a_purge_left_dead(pg_url: str) -> None:
