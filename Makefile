@@ -10,6 +10,8 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
 
+CHROMIUM := /usr/bin/chromium
+
 setup: $(VENV)/.installed $(JARS)
 
 # The reconciliation job reads the stores over JDBC: Debian's drivers (Java 17 is on the machine).
@@ -17,6 +19,11 @@ $(JARS):
 	$(SUDO) apt-get install -y -q libpostgresql-jdbc-java libxerial-sqlite-jdbc-java \
 	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q \
 	      libpostgresql-jdbc-java libxerial-sqlite-jdbc-java)
+
+# The console's browser tests drive Debian's chromium with Playwright (which downloads no browser).
+$(CHROMIUM):
+	$(SUDO) apt-get install -y -q chromium \
+	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +47,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+test: lint $(CHROMIUM)
 	$(BIN)/pytest
 
 bench: setup

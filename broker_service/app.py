@@ -19,6 +19,8 @@ from fastapi import FastAPI
 from broker_service.acl.addresses import parse_address
 from broker_service.acl.runtime import AclRuntime
 from broker_service.api.app import Served, create_app
+from broker_service.console.mount import mount_console
+from broker_service.domain.audit.service import AuditService
 from broker_service.domain.clock import now_ms
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.consumers.wakeup import Arrivals, ArrivalsStore
@@ -56,6 +58,7 @@ class Broker:
     pull_hub: PullHub
     acl: AclRuntime | None
     retention: RetentionService
+    audit: AuditService  # the console's audit log
     delays: DelayScheduler
     checks: CheckBackScheduler | None  # None without ``scheduler``
     purges: RetentionScheduler | None  # None without ``scheduler``
@@ -127,7 +130,9 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         clock=clock,
         runner=store.claims_runner(),
     )
-    metrics, hub = BrokerMetrics(), PullHub()
+    metrics, hub = BrokerMetrics(observe=settings.metrics), PullHub()
+    if settings.metrics:
+        store.writer.on_commit = metrics.observe_commit  # the store knows nothing of metrics
     acl = acl_runtime(settings, store)
     checks = None
     if settings.scheduler:
@@ -167,6 +172,7 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         pull_hub=hub,
         acl=acl,
         retention=retention,
+        audit=AuditService(store, clock),
         delays=DelayScheduler(messages),
         checks=checks,
         purges=purges,
@@ -205,7 +211,10 @@ def build_app(
         finally:
             await broker.stop()
 
-    return create_app(broker.served(), settings, lifespan=lifespan)
+    app = create_app(broker.served(), settings, lifespan=lifespan)
+    if settings.console:
+        mount_console(app, settings, audit_log=broker.audit, metrics=broker.metrics, acl=broker.acl)
+    return app
 
 
 def _tune_gc() -> None:

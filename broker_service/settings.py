@@ -53,6 +53,11 @@ class BrokerSettings(BaseSettings):
     )
     port: int = Field(9876, ge=0, le=65535)
     broker_id: str = Field("", description="Name of this broker in logs, claims and traces")
+    trace: bool = Field(
+        True,
+        description="Write the message trace's own events (CHECKED, RESUMED, the clients' "
+        "CLIENT_PUB and CLIENT_SUB); off, only the events read from the rows remain",
+    )
     auto_create_topics: bool = False
     default_topic_queues: int = Field(4, ge=1, le=1024)
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1)
@@ -124,6 +129,12 @@ class BrokerSettings(BaseSettings):
     )
     pool_size: int = Field(8, ge=1, description="Store connections for reads")
     log_level: str = "info"
+    metrics: bool = Field(
+        True,
+        description="Latency histograms (requests, store commits, checks) and the store's "
+        "readings at each /metrics scrape (pending halves, consumer lag, DLQ depth); the "
+        "counters stay",
+    )
     opentelemetry: bool = Field(
         False,
         description="FastAPI's native OpenTelemetry spans and metrics for every request, to the "
@@ -193,6 +204,25 @@ class BrokerSettings(BaseSettings):
         gt=0,
         description="Furthest a deliver_at may be in the future (RocketMQ 5's timerMaxDelaySec, "
         "3 days); further is 422 DELIVER_AT_TOO_FAR",
+    )
+    console: bool = Field(
+        True,
+        description="Serve the operations console at /console (behind the ACL like every route)",
+    )
+    console_reports_dir: Path | None = Field(
+        None,
+        description="Directory of the reconciliation job's reports (report-*.json / .html) the "
+        "console lists",
+    )
+    console_session_secret: str | None = Field(
+        None,
+        repr=False,  # never in a repr, a log line or an error
+        description="Secret the console's session cookies and CSRF tokens are signed with (a key "
+        "derived from it); the same on every broker behind one address. Unset: a random one "
+        "per process (sessions end when the broker restarts)",
+    )
+    console_session_hours: float = Field(
+        8, gt=0, le=24 * 30, description="How long a console session lasts after its login"
     )
     ssl_certfile: Path | None = Field(
         None, description="TLS certificate chain (PEM): serve HTTPS (with --ssl-keyfile)"
@@ -302,6 +332,7 @@ class BrokerSettings(BaseSettings):
             unreachable_ms=int(self.check_unreachable_seconds * 1000),
             undelivered_alert_ms=int(self.check_undelivered_alert_seconds * 1000),
             broker_id=self.broker_name,
+            trace=self.trace,
         )
 
     def retention_policy(self) -> RetentionPolicy:
@@ -322,6 +353,7 @@ class BrokerSettings(BaseSettings):
             delay_levels_ms=self.delay_levels_ms,
             consumer_expiry_ms=int(self.consumer_expiry_seconds * 1000),
             broker_id=self.broker_name,
+            trace=self.trace,
         )
 
 

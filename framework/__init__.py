@@ -22,7 +22,10 @@ without I/O), :mod:`~framework.transport` (the sync and async drivers), :mod:`~f
 :mod:`~framework.producer` / :mod:`~framework.aio_producer`, :mod:`~framework.consumer` /
 :mod:`~framework.aio_consumer` (the faces that drive them), :mod:`~framework.acks`, :mod:`~framework.inbox`,
 :mod:`~framework.txlog` and :mod:`~framework.tables` (the SQLAlchemy local-transaction log and
-inbox), :mod:`~framework.signing` (signed requests and checks), :mod:`~framework.fastapi`,
+inbox), :mod:`~framework.signing` (signed requests and checks), :mod:`~framework.otel`
+(OpenTelemetry spans and context, when ``opentelemetry-api`` is installed),
+:mod:`~framework.client_trace` (send and consume costs reported to the broker; on unless
+``client_trace=False`` or ``HALFMQ_CLIENT_TRACE=false``), :mod:`~framework.fastapi`,
 :mod:`~halfmq.testing` (an in-process broker).
 """
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from framework.client_trace import TaskReporter
 from framework.consumer_base import ConsumerBase, handle_of, lanes
 from framework.errors import HalfMQError
 from framework.member import ONCE, AsyncFace
@@ -25,6 +26,7 @@ log = logging.getLogger("halfmq.consumer")
 class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
     def _connect(self, transport: httpx.AsyncBaseTransport | None, verify: Verify) -> None:
         self.client = self._client(AsyncBrokerClient, transport, verify)
+        self.reporter = TaskReporter(self.client_trace, self.client)
         self._stopping = False
         self._work: asyncio.Queue[list[Message] | None] = asyncio.Queue()
         self._held = 0
@@ -48,6 +50,7 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
 
     async def shutdown(self) -> None:
         if not self.started:
+            await self.reporter.close()
             await self.client.aclose()
             return
         self._stopping = True
@@ -71,6 +74,7 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
             task.cancel()
         self._workers.clear()
         await self.client.run(self.acks_flow(self.acks.take()))
+        await self.reporter.close()
         await self.client.aclose()
         self.started = False
 

@@ -18,10 +18,11 @@ from typing import Any
 import httpx
 
 from framework import protocol
+from framework.client_trace import TaskReporter
 from framework.errors import HalfMQError
 from framework.member import ONCE, AsyncFace
 from framework.message import LocalTransactionState, Message, SendResult, TransactionSendResult
-from framework.producer_base import ProducerBase, batch_topic
+from framework.producer_base import ProducerBase
 from framework.transport import AsyncBrokerClient, Verify
 
 log = logging.getLogger("halfmq.producer")
@@ -32,6 +33,7 @@ class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace
 
     def _connect(self, transport: httpx.AsyncBaseTransport | None, verify: Verify) -> None:
         self.client = self._client(AsyncBrokerClient, transport, verify)
+        self.reporter = TaskReporter(self.client_trace, self.client)
         self._tasks: list[asyncio.Task[None]] = []
         self._checking: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
@@ -62,6 +64,7 @@ class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        await self.reporter.close()
         await self.client.aclose()
         self.started = False
 
@@ -77,10 +80,10 @@ class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace
     # -- sending: as TransactionProducer's, awaited ------------------------------------------------
 
     async def send(self, message: Message) -> SendResult:
-        return await self.client.call(protocol.send(message))
+        return await self.client.run(self.send_flow(message))
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
-        return await self.client.call(protocol.send_batch(batch_topic(messages), messages))
+        return await self.client.run(self.send_batch_flow(messages))
 
     async def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         await self.client.call(protocol.create_topic(name, queues, order))

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from framework.client_trace import ThreadReporter
 from framework.consumer_base import ConsumerBase, handle_of, lanes
 from framework.errors import HalfMQError
 from framework.member import ONCE, SyncFace
@@ -40,6 +41,7 @@ log = logging.getLogger("halfmq.consumer")
 class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
     def _connect(self, transport: httpx.BaseTransport | None, verify: Verify) -> None:
         self.client = self._client(BrokerClient, transport, verify)
+        self.reporter = ThreadReporter(self.client_trace, self.client)
         self._stop = threading.Event()
         self._work: queue.Queue[list[Message] | None] = queue.Queue()
         self._held = 0
@@ -62,8 +64,10 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
         self.started = True
 
     def shutdown(self) -> None:
-        """Stop receiving; release what was not started; finish what is held; flush acks."""
+        """Stop receiving; release what was not started; finish what is held; flush acks and
+        the client trace."""
         if not self.started:
+            self.reporter.close()
             self.client.close()
             return
         self._stop.set()
@@ -76,6 +80,7 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
             thread.join(self.shutdown_timeout)
         self._threads.clear()
         self.client.run(self.acks_flow(self.acks.take()))
+        self.reporter.close()
         self.client.close()
         self.started = False
 

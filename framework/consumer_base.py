@@ -7,6 +7,10 @@ its flows (:mod:`framework.flow`), written once for both faces:
 * :meth:`ConsumerBase.acks_flow` and :meth:`ConsumerBase.give_back_flow`: send acks, release a
   message that will not be consumed here.
 
+Each handled message runs in an OpenTelemetry CONSUMER span parented on the context it carries
+(:mod:`framework.otel`), and its handler's duration goes to the client-side trace
+(:mod:`framework.client_trace`).
+
 :class:`~framework.consumer.PushConsumer` runs them on threads,
 :class:`~framework.aio_consumer.AsyncPushConsumer` on tasks.
 """
@@ -17,7 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
-from framework import inbox, protocol
+from framework import inbox, otel, protocol
 from framework.acks import (
     AckBuffer,
     AckMode,
@@ -27,6 +31,7 @@ from framework.acks import (
     succeeded,
     tag_expression,
 )
+from framework.client_trace import Timing
 from framework.config import Retry, Timeout
 from framework.errors import ConfigurationError, HalfMQError
 from framework.flow import Flow, Invoke, call
@@ -84,8 +89,11 @@ class ConsumerBase(GroupMember[TransportT]):
         credentials: CredentialsLike = None,
         transport: TransportT | None = None,
         verify: Verify = True,
+        client_trace: bool | None = None,
     ) -> None:
-        super().__init__(group, "consumer group", brokers, client_id, timeout, retry, credentials)
+        super().__init__(
+            group, "consumer group", brokers, client_id, timeout, retry, credentials, client_trace
+        )
         self.ack_mode = ack_mode
         self.batch_size = batch_size
         self.concurrency = concurrency
@@ -202,15 +210,22 @@ class ConsumerBase(GroupMember[TransportT]):
             yield from call(protocol.subscribe(self.group, topic, expression))
 
     def consume_flow(self, message: Message) -> Flow[None]:
-        """One received message: its handler, then its ack or nack (no handler: given back)."""
+        """One received message: its handler, then its ack or nack (no handler: given back), in
+        the span the message's context is the parent of; the handler's duration is the message's
+        SUB record."""
         handler = self.handler_for(message)
         if handler is None:
             yield from self.give_back_flow(message)
             return
-        ok, error = yield from self._handler_flow(handler, message)
-        if error is not None:
-            log.warning("consuming %s failed: %r", message.msg_id, error)
-        yield from self._settle_flow(handler.options.ack_mode, message, ok)
+        with otel.processing(message, self.group, self.client_id) as span:
+            timing = Timing.now()
+            ok, error = yield from self._handler_flow(handler, message)
+            self.client_trace.consumed(message, timing, ok)
+            if error is not None:
+                log.warning("consuming %s failed: %r", message.msg_id, error)
+            if not ok:
+                span.failed(error, None if error else "RECONSUME_LATER")
+            yield from self._settle_flow(handler.options.ack_mode, message, ok)
 
     def _handler_flow(
         self, handler: Registered[..., Any], message: Message

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Generic, Self, TypeVar
 
+from framework.client_trace import ClientTrace, enabled
 from framework.config import Retry, Timeout
 from framework.errors import ConfigurationError
 from framework.signing import CredentialsLike, resolve_credentials
@@ -39,7 +40,8 @@ def default_client_id() -> str:
 
 
 class GroupMember(ABC, Generic[TransportT]):
-    """A member of ``group``: its brokers, its client id, its keys and its call settings."""
+    """A member of ``group``: its brokers, its client id, its keys, its call settings and its
+    client-side trace (:mod:`framework.client_trace`)."""
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class GroupMember(ABC, Generic[TransportT]):
         timeout: Timeout | None,
         retry: Retry | None,
         credentials: CredentialsLike,
+        client_trace: bool | None = None,
     ) -> None:
         self.group = check_name(group, what)
         # None: HALFMQ_ACCESS_KEY / HALFMQ_SECRET_KEY, read here (neither set: unsigned, no ACL)
@@ -58,6 +61,8 @@ class GroupMember(ABC, Generic[TransportT]):
         self.client_id = client_id or default_client_id()
         self.timeout = timeout or Timeout()
         self.retry = retry or Retry()
+        # None: HALFMQ_CLIENT_TRACE, read here (unset: on); the face starts its reporter
+        self.client_trace = ClientTrace(self.group, self.client_id, enabled(client_trace))
         self.started = False
 
     @abstractmethod

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 
 from framework import protocol
+from framework.client_trace import ThreadReporter
 from framework.errors import HalfMQError
 from framework.member import ONCE, SyncFace
 from framework.message import LocalTransactionState, Message, SendResult, TransactionSendResult
-from framework.producer_base import ProducerBase, batch_topic
+from framework.producer_base import ProducerBase
 from framework.transport import BrokerClient, Verify
 
 log = logging.getLogger("halfmq.producer")
@@ -44,6 +45,7 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
 
     def _connect(self, transport: httpx.BaseTransport | None, verify: Verify) -> None:
         self.client = self._client(BrokerClient, transport, verify)
+        self.reporter = ThreadReporter(self.client_trace, self.client)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
@@ -67,7 +69,8 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
         self.started = True
 
     def shutdown(self) -> None:
-        """Stop the background work (a long-poll ends within its wait), then close the client."""
+        """Stop the background work (a long-poll ends within its wait), report the client trace,
+        then close the client."""
         self._stop.set()
         for thread in self._threads:
             thread.join(self.check_mode.pull_wait_seconds + self.timeout.read + 5)
@@ -79,6 +82,7 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        self.reporter.close()
         self.client.close()
         self.started = False
 
@@ -97,11 +101,11 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
 
     def send(self, message: Message) -> SendResult:
         """A plain, ordered (``sharding_key``) or delayed (``delay_level``/``deliver_at``) send."""
-        return self.client.call(protocol.send(message))
+        return self.client.run(self.send_flow(message))
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Messages of one topic, stored all or none, in order."""
-        return self.client.call(protocol.send_batch(batch_topic(messages), messages))
+        return self.client.run(self.send_batch_flow(messages))
 
     def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         self.client.call(protocol.create_topic(name, queues, order))

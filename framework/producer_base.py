@@ -1,11 +1,16 @@
 """The transaction producer without I/O: its settings, the decorators that register its handlers,
 and its decision flows (:mod:`framework.flow`), written once for both faces:
 
+* :meth:`ProducerBase.send_flow` and :meth:`ProducerBase.send_batch_flow`: a plain send;
 * :meth:`ProducerBase.send_in_transaction_flow`: store the half, run the local transaction, then
   commit, roll back or (UNKNOW) leave it to the check-back;
 * :meth:`ProducerBase.check_flow`: the answer to a check -- the checker's, or the
   local-transaction log's in automatic mode (:mod:`framework.txlog`);
 * :meth:`ProducerBase.pulled_check_flow`: a pulled check answered with a commit or a rollback.
+
+Each send runs in an OpenTelemetry PRODUCER span whose context the message carries, and each
+check in a CONSUMER span parented on the half's (:mod:`framework.otel`); each sent message's cost
+goes to the client-side trace (:mod:`framework.client_trace`).
 
 :class:`~framework.producer.TransactionProducer` runs them in threads,
 :class:`~framework.aio_producer.AsyncTransactionProducer` on an event loop.
@@ -17,12 +22,19 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
-from framework import protocol, txlog
+from framework import otel, protocol, txlog
+from framework.client_trace import Timing
 from framework.config import CheckMode, Retry, Timeout
 from framework.errors import ConfigurationError, HalfMQError
 from framework.flow import Flow, Invoke, call
 from framework.member import GroupMember
-from framework.message import LocalTransactionState, Message, SendStatus, TransactionSendResult
+from framework.message import (
+    LocalTransactionState,
+    Message,
+    SendResult,
+    SendStatus,
+    TransactionSendResult,
+)
 from framework.registry import ANY_TOPIC, Handlers, Registered
 from framework.signing import CredentialsLike
 from framework.transport import TransportT, Verify
@@ -67,8 +79,11 @@ class ProducerBase(GroupMember[TransportT]):
         transport: TransportT | None = None,
         credentials: CredentialsLike = None,
         verify: Verify = True,
+        client_trace: bool | None = None,
     ) -> None:
-        super().__init__(group, "producer group", brokers, client_id, timeout, retry, credentials)
+        super().__init__(
+            group, "producer group", brokers, client_id, timeout, retry, credentials, client_trace
+        )
         self.check_mode = check or CheckMode.pull()
         self.heartbeat_interval = heartbeat_interval
         self.check_immunity_seconds = check_immunity_seconds
@@ -156,17 +171,52 @@ class ProducerBase(GroupMember[TransportT]):
             self.group, self.client_id, mode.pull_max, mode.pull_wait_seconds
         )
 
-    # -- the decision flows ----------------------------------------------------------------------
+    # -- the flows -------------------------------------------------------------------------------
+
+    def send_flow(self, message: Message) -> Flow[SendResult]:
+        """A plain, ordered or delayed send, in its span."""
+        with otel.producing(message.topic, self.client_id, self.group, msg_id=message.msg_id):
+            message = otel.stamped(message)
+            return (yield from self._sent_flow([message], protocol.send(message)))
+
+    def send_batch_flow(self, messages: Sequence[Message]) -> Flow[list[SendResult]]:
+        """Messages of one topic in one request, in one span (each carries its context)."""
+        topic = batch_topic(messages)
+        with otel.producing(topic, self.client_id, self.group, count=len(messages)):
+            stamped = [otel.stamped(m) for m in messages]
+            return (yield from self._sent_flow(stamped, protocol.send_batch(topic, stamped)))
+
+    def _sent_flow(self, messages: Sequence[Message], request: protocol.Call[R]) -> Flow[R]:
+        """``request`` sends ``messages``: its round trip is each one's PUB record."""
+        timing = Timing.now()
+        try:
+            result = yield from call(request)
+        except Exception as exc:
+            self.client_trace.published(messages, timing, exc)
+            raise
+        self.client_trace.published(messages, timing)
+        return result
 
     def send_in_transaction_flow(self, message: Message, arg: Any) -> Flow[TransactionSendResult]:
         """Half first; the local transaction only once the half is stored; then commit, roll back
-        or (UNKNOW) leave it to the check-back.  Raises only when the half could not be stored."""
+        or (UNKNOW) leave it to the check-back.  Raises only when the half could not be stored.
+        One span from the half to the end: the half carries its context."""
         executor = self.executor_for(message)
-        prepare = protocol.prepare(message, self.group, self.check_immunity_seconds)
-        receipt = yield from call(prepare)
-        message = message.evolve(transaction_id=receipt.transaction_id)
-        state, error = yield from self._local_flow(executor, message, arg)
-        resolution, error = yield from self._end_flow(receipt.transaction_id, state, error)
+        with otel.producing(
+            message.topic, self.client_id, self.group, msg_id=message.msg_id, transactional=True
+        ) as span:
+            message = otel.stamped(message)
+            prepare = protocol.prepare(message, self.group, self.check_immunity_seconds)
+            receipt = yield from self._sent_flow([message], prepare)
+            span.set("messaging.halfmq.transaction.id", receipt.transaction_id)
+            message = message.evolve(transaction_id=receipt.transaction_id)
+            with otel.local_transaction(message) as local:
+                state, error = yield from self._local_flow(executor, message, arg)
+                local.set("messaging.halfmq.transaction.state", state.value)
+                if error is not None:
+                    local.failed(error)
+            resolution, error = yield from self._end_flow(message, state, error)
+            span.set("messaging.halfmq.transaction.resolution", resolution or "UNKNOWN")
         return TransactionSendResult(
             SendStatus.SEND_OK,
             receipt.transaction_id,
@@ -194,44 +244,61 @@ class ProducerBase(GroupMember[TransportT]):
         return to_state(value, message), None
 
     def _end_flow(
-        self, transaction_id: str, state: State, error: BaseException | None
+        self, message: Message, state: State, error: BaseException | None
     ) -> Flow[tuple[str | None, BaseException | None]]:
         """Commit or roll back (UNKNOW: nothing); an end that fails is reported, not raised: the
         check-back resolves it."""
-        if state is State.UNKNOW:
+        transaction_id = message.transaction_id
+        if state is State.UNKNOW or transaction_id is None:
             return None, error
-        try:
-            resolution = yield from call(self.end_call(transaction_id, state, from_check=False))
-        except HalfMQError as exc:
-            log.warning("end of %s failed: %s", transaction_id, exc)
-            return None, error or exc
+        with otel.ending(message.topic, transaction_id, state is State.COMMIT_MESSAGE) as span:
+            try:
+                end = self.end_call(transaction_id, state, from_check=False)
+                resolution = yield from call(end)
+            except HalfMQError as exc:
+                log.warning("end of %s failed: %s", transaction_id, exc)
+                span.failed(exc)
+                return None, error or exc
         return resolution, error
 
     def check_flow(self, message: Message) -> Flow[LocalTransactionState]:
-        """What this instance answers to a check (never raises: a failure is UNKNOW)."""
+        """What this instance answers to a check (never raises: a failure is UNKNOW), in the
+        check's span."""
+        with otel.checking(message, self.group, self.client_id) as span:
+            return (yield from self._decide_flow(message, span))
+
+    def _decide_flow(self, message: Message, span: otel.Span) -> Flow[LocalTransactionState]:
         handler = self.checkers.find(message.topic)
         if handler is None:
             log.warning("no check handler for topic %s: UNKNOW", message.topic)
+            span.failed(None, "no check handler for the topic")
             return State.UNKNOW
         try:
             if handler.role == TRANSACTIONAL:
                 state: State = yield txlog.check_step(handler.options, message, self.group)
-                return state
-            return to_state((yield Invoke(handler.fn, (message,))), message)
-        except Exception:
+            else:
+                state = to_state((yield Invoke(handler.fn, (message,))), message)
+        except Exception as exc:
             log.exception("check of %s failed: UNKNOW", message.transaction_id)
+            span.failed(exc)
             return State.UNKNOW
+        span.set("messaging.halfmq.transaction.state", state.value)
+        return state
 
     def pulled_check_flow(self, check: Message) -> Flow[None]:
         """A pulled check: answered with a commit or rollback ``from_check``; UNKNOW answers
         nothing (the broker asks again after its check interval)."""
-        state = yield from self.check_flow(check)
-        if state is State.UNKNOW or check.transaction_id is None:
-            return
-        try:
-            yield from call(self.end_call(check.transaction_id, state, from_check=True))
-        except HalfMQError as exc:
-            log.info("answer to the check of %s not applied: %s", check.transaction_id, exc)
+        with otel.checking(check, self.group, self.client_id) as span:
+            state = yield from self._decide_flow(check, span)
+            if state is State.UNKNOW or check.transaction_id is None:
+                return
+            txid, commit = check.transaction_id, state is State.COMMIT_MESSAGE
+            with otel.ending(check.topic, txid, commit) as ending:
+                try:
+                    yield from call(self.end_call(txid, state, from_check=True))
+                except HalfMQError as exc:
+                    log.info("answer to the check of %s not applied: %s", txid, exc)
+                    ending.failed(exc)
 
 
 def batch_topic(messages: Sequence[Message]) -> str:

@@ -412,3 +412,31 @@ def change_invisible(group: str, handle: str, invisible_seconds: float) -> Call[
 
 def get_group(group: str) -> Call[dict[str, Any]]:
     return Call("GET", f"/v1/consumer-groups/{group}", lambda a: dict(a.json()))
+
+
+# -- the client-side trace ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TraceReport:
+    """How many of a report's events the broker recorded, and the index of each it refused with
+    the error's code."""
+
+    recorded: int
+    refused: tuple[tuple[int, str], ...] = ()
+
+
+def report_trace(events: Sequence[Mapping[str, Any]]) -> Call[TraceReport]:
+    """Send and consume costs (``framework.client_trace``): 1 to 1000 events."""
+
+    def parse(answer: Answer) -> TraceReport:
+        data = json_object(answer)
+        try:
+            refused = tuple(
+                (int(r["index"]), str(r["error"]["code"])) for r in data.get("refused") or ()
+            )
+            return TraceReport(int(data["recorded"]), refused)
+        except (KeyError, TypeError, ValueError):
+            raise UnexpectedAnswerError(answer.broker, answer.status) from None
+
+    return Call("POST", "/v1/trace", parse, body={"events": list(events)})

@@ -4,7 +4,9 @@
 loop.  ``call`` makes one call, retried and failed over as :class:`~framework.protocol.Attempts`
 decides; ``run`` drives a decision flow.  With credentials, both sign every request (and every
 retry, afresh) through :class:`~framework.signing.HalfmqAuth`, which sits on the client, so a
-transport given for tests (``halfmq.testing``) is signed through as well."""
+transport given for tests (``halfmq.testing``) is signed through as well.  Every request carries
+the caller's OpenTelemetry context (:func:`framework.otel.headers`), so a broker's request spans
+join the caller's trace."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
+from framework import otel
 from framework.config import Retry, Timeout
 from framework.flow import Flow, Step, Steps
 from framework.protocol import Answer, Attempts, Call, Endpoints
@@ -80,7 +83,12 @@ class _Client(ABC, Generic[TransportT, HttpT]):
         call = attempts.call
         timeout = self.timeout.to_httpx(extra_read=call.extra_read)
         return self.http.build_request(
-            call.method, attempts.url, content=attempts.content, params=call.params, timeout=timeout
+            call.method,
+            attempts.url,
+            content=attempts.content,
+            params=call.params,
+            headers=otel.headers(),  # the current trace, joined by a broker's request spans
+            timeout=timeout,
         )
 
 

@@ -42,19 +42,31 @@ ROOMS: dict[str, set[str]] = {
     "store": {"domain", "acl", "settings"},
     "schedulers": {"domain", "acl", "settings", "logs", "metrics"},
     "api": {"domain", "acl", "settings", "logs", "metrics"},
-    "app": {"domain", "acl", "settings", "logs", "metrics", "store", "schedulers", "api"},
+    "console": {"domain", "acl", "settings", "logs", "metrics", "api"},
+    "app": {
+        "domain",
+        "acl",
+        "settings",
+        "logs",
+        "metrics",
+        "store",
+        "schedulers",
+        "api",
+        "console",
+    },
 }
 IO_LIBRARIES = {"fastapi", "starlette", "sqlalchemy", "httpx", "uvicorn", "psycopg", "sqlite3"}
 NEVER: dict[str, set[str]] = {
     "domain": IO_LIBRARIES | {"pydantic_settings", "alembic", "anyio"},
     "acl": {"fastapi", "starlette", "sqlalchemy"},
     "store": {"fastapi", "starlette"},
+    "console": {"sqlalchemy"},
 }
 
 # -- 3. the parts of the domain -----------------------------------------------------------------
 
 SHARED = {"errors", "clock", "ids", "names", "config"}
-CONCEPTS = ("messages", "transactions", "consumers", "retention")
+CONCEPTS = ("messages", "transactions", "consumers", "retention", "audit")
 DOMAIN_PARTS: dict[str, set[str]] = {
     "shared": {"shared"},
     "records": {"shared", "records"},
@@ -63,6 +75,7 @@ DOMAIN_PARTS: dict[str, set[str]] = {
     "transactions": {"shared", "records", "ports", "messages", "transactions"},
     "consumers": {"shared", "records", "ports", "messages", "consumers"},
     "retention": {"shared", "records", "ports", "retention"},
+    "audit": {"shared", "records", "ports", "audit"},
 }
 
 

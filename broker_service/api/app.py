@@ -16,9 +16,11 @@ from broker_service.api import errors
 from broker_service.api.gate import AclGate
 from broker_service.api.hardening import HeaderLimits, TrustedHosts, allowed_hosts
 from broker_service.api.limits import BodyLimit
+from broker_service.api.observe import RequestTimer
 from broker_service.api.routes import acl as acl_routes
 from broker_service.api.routes import checks, messages, ops, producers, store, topics, transactions
 from broker_service.api.routes import consumers as consumer_routes
+from broker_service.api.routes import trace as trace_routes
 from broker_service.api.schemas import bodies
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.messages.service import MessageService
@@ -82,9 +84,11 @@ def create_app(
         app.include_router(module.router)
     app.include_router(consumer_routes.router)
     app.include_router(consumer_routes.trace_router)
+    app.include_router(trace_routes.router)
     bodies.install_schemas(app)
-    # Outermost last: header limits, then the Host check, then the body limit, then the ACL gate
-    # (which reads the body to check its signature, inside the body limit).
+    # Outermost last: the request timer (the `metrics` setting), header limits, then the Host
+    # check, then the body limit, then the ACL gate (which reads the body to check its signature,
+    # inside the body limit).
     app.add_middleware(
         AclGate,
         acl=served.acl,
@@ -96,4 +100,6 @@ def create_app(
     app.add_middleware(
         HeaderLimits, max_bytes=settings.max_header_bytes, max_headers=settings.max_headers
     )
+    if served.metrics.observe:
+        app.add_middleware(RequestTimer, histogram=served.metrics.request_seconds)
     return app

@@ -16,6 +16,12 @@ the same transaction, and is refused 401 ``NONCE_REPLAYED`` if any broker of the
 A request that wrote nothing has its nonce remembered here just before its response starts, and
 a replayed one gets the 401 instead of that response.  Without the ACL the gate passes everything
 (the embedded default stays zero-config).
+
+On ``/console`` paths, and only there, the gate takes the console's signed session cookie instead
+of a signature (:class:`SessionCheck`, left in ``app.state.console_sessions`` by the console): no
+session is a redirect to the login page (GET) or 401 ``SESSION_MISSING``, before anything is shown
+or done; then the same rule of the same table, the same white lists and the same rate.  The
+console checks each form's CSRF token itself, against the same session.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import quote
 
+from starlette.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker_service.acl import nonces
@@ -40,6 +48,24 @@ from broker_service.api.permissions import Ask, TransactionGuard, public, rule_f
 log = logging.getLogger("halfmq.acl")
 
 _ALLOWED_MAX = 4096  # allowed (key, address, needs) remembered per ACL version
+CONSOLE = "/console"
+CONSOLE_LOGIN = "/console/login"
+
+
+def is_console(path: str) -> bool:
+    return path == CONSOLE or path.startswith(CONSOLE + "/")
+
+
+class SessionCheck(Protocol):
+    """The console's sessions, as the gate asks them (:mod:`broker_service.console.sessions`)."""
+
+    def access_key(self, scope: Scope) -> str | None:
+        """The access key of a valid session of a known account; None: not signed in."""
+        ...
+
+    async def refused(self, scope: Scope, access_key: str, code: str) -> None:
+        """An action the gate refused (written to the audit log)."""
+        ...
 
 
 class RateLimits:
@@ -89,6 +115,9 @@ class AclGate:
         if rule is public:
             await self.app(scope, receive, send)
             return
+        if is_console(scope["path"]):
+            await self._console(scope, receive, send, rule, params)
+            return
         body = await _read_body(receive)
         try:
             access_key, nonce = self._admit(scope, body)
@@ -96,13 +125,9 @@ class AclGate:
         except AclError as error:
             await _refuse(scope, receive, send, error)
             return
-        wait = self.rates.wait_for(access_key)
-        if wait > 0:
-            response = envelope(429, "RATE_LIMITED", f"access key {access_key!r} is over its "
-                                f"rate of {self.rates.rate:g} requests a second",
-                                retry_after_seconds=math.ceil(wait))  # fmt: skip
-            response.headers["Retry-After"] = str(math.ceil(wait))
-            await response(scope, receive, send)
+        over = self._over_rate(access_key)
+        if over is not None:
+            await over(scope, receive, send)
             return
         scope.setdefault("state", {})["access_key"] = access_key
         token = nonces.bind(nonce)
@@ -110,6 +135,47 @@ class AclGate:
             await self.app(scope, _replay(body, receive), self._remembering(nonce, scope, send))
         finally:
             nonces.unbind(token)
+
+    async def _console(
+        self, scope: Scope, receive: Receive, send: Send, rule: Any, params: dict[str, Any]
+    ) -> None:
+        """A console request: a session instead of a signature, then the route's rule."""
+        sessions: SessionCheck | None = getattr(scope["app"].state, "console_sessions", None)
+        access_key = None if sessions is None else sessions.access_key(scope)
+        if access_key is None:
+            if scope["method"] in ("GET", "HEAD"):
+                back = quote(scope["path"], safe="/")
+                redirect = RedirectResponse(f"{CONSOLE_LOGIN}?next={back}", status_code=303)
+                await redirect(scope, receive, send)
+            else:
+                response = envelope(401, "SESSION_MISSING", "sign in to the console first")
+                await response(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        try:
+            await self._authorize(scope, body, access_key, rule, params)
+        except AclError as error:
+            if sessions is not None and scope["method"] not in ("GET", "HEAD"):
+                await sessions.refused(scope, access_key, str(error.code))
+            await _refuse(scope, receive, send, error)
+            return
+        over = self._over_rate(access_key)
+        if over is not None:
+            await over(scope, receive, send)
+            return
+        scope.setdefault("state", {})["access_key"] = access_key
+        await self.app(scope, _replay(body, receive), send)
+
+    def _over_rate(self, access_key: str) -> JSONResponse | None:
+        """429 with ``Retry-After`` when the access key is over its rate; None when it may go."""
+        wait = self.rates.wait_for(access_key)
+        if wait <= 0:
+            return None
+        response = envelope(429, "RATE_LIMITED", f"access key {access_key!r} is over its rate "
+                            f"of {self.rates.rate:g} requests a second",
+                            retry_after_seconds=math.ceil(wait))  # fmt: skip
+        response.headers["Retry-After"] = str(math.ceil(wait))
+        return response
 
     def _remembering(self, nonce: nonces.RequestNonce, scope: Scope, send: Send) -> Send:
         """``send``, which first remembers the nonce of a request that wrote nothing: a replayed

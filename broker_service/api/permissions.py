@@ -164,6 +164,40 @@ def transaction_guard(state: Any) -> TransactionGuard | None:
     return guard if isinstance(guard, TransactionGuard) else None
 
 
+@dataclass(frozen=True, slots=True)
+class TraceGuard:
+    """The needs of one client trace report (``POST /v1/trace``), checked per event by the unit
+    that records them, once it has read the message: a PUB report needs PUB on the message's topic
+    and producer group, a SUB report SUB on its topic and the consumer group -- no account writes
+    the trace of a message it could not have sent or received."""
+
+    config: AclConfig
+    access_key: str
+    address: str
+
+    def __call__(self, kind: str, topic: str, group: str) -> None:
+        perm = PUB if kind == "PUB" else SUB
+        try:
+            authorize(
+                self.config,
+                self.access_key,
+                self.address,
+                [Need.topic(topic, perm), Need.group(group, perm)],
+            )
+        except AclError as error:
+            raise Forbidden(error.message, code=str(error.code), **error.detail) from None
+
+
+def trace_guard(request: Any) -> TraceGuard | None:
+    """The per-event guard of a trace report (a Starlette ``Request``); None without the ACL."""
+    acl = getattr(request.app.state, "acl", None)
+    access_key = getattr(request.state, "access_key", None)
+    if acl is None or access_key is None:
+        return None
+    address = request.client.host if request.client else ""
+    return TraceGuard(acl.config, access_key, address)
+
+
 async def list_transactions(ask: Ask) -> list[Need]:
     group = ask.query_value("producer_group")
     return [Need.group(group, PUB)] if group else [Need.admin()]
@@ -177,6 +211,12 @@ async def find_messages(ask: Ask) -> list[Need]:
 async def create_consumer_group(ask: Ask) -> list[Need]:
     """A consumer declares its own group on start (RocketMQ's autoCreateSubscriptionGroup)."""
     return _named(Need.group, ask.json_field("name"), SUB)
+
+
+async def signed_in(_: Ask) -> list[Need]:
+    """Any known account (from an allowed address): the console's overview and logout, a trace
+    report (whose events are checked one by one)."""
+    return []
 
 
 RULES: dict[tuple[str, str], Rule] = {
@@ -201,6 +241,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/transactions/{transaction_id}/commit"): end_transaction,
     ("POST", "/v1/transactions/{transaction_id}/rollback"): end_transaction,
     ("GET", "/v1/transactions/{transaction_id}"): read_transaction,
+    ("GET", "/v1/transactions/{transaction_id}/checks"): read_transaction,
     ("GET", "/v1/transactions"): list_transactions,
     ("POST", "/v1/transactions/{transaction_id}/check"): admin,
     # producer groups and check-back
@@ -223,6 +264,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/messages"): find_messages,
     ("GET", "/v1/messages/{msg_id}"): admin,
     ("GET", "/v1/messages/{msg_id}/trace"): admin,
+    ("POST", "/v1/trace"): signed_in,  # each event checked by TraceGuard
     # the store (retention)
     ("GET", "/v1/store/stats"): admin,
     ("POST", "/v1/store/purge"): admin,
@@ -232,6 +274,33 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", "/v1/acl/accounts/{access_key}"): admin,
     ("DELETE", "/v1/acl/accounts/{access_key}"): admin,
     ("PUT", "/v1/acl/global-white"): admin,
+    # the console (a session instead of a signature; each page and action needs what its REST
+    # route needs: an operator's commit, rollback and check are admin, as without producer_group)
+    ("GET", "/console/login"): public,
+    ("POST", "/console/login"): public,
+    ("GET", "/console/static/{name}"): public,
+    ("POST", "/console/logout"): signed_in,
+    ("GET", "/console"): signed_in,  # admin's figures shown to admin only
+    ("GET", "/console/topics"): admin,
+    ("POST", "/console/topics"): admin,
+    ("POST", "/console/topics/{topic}/delete"): admin,
+    ("GET", "/console/transactions"): list_transactions,
+    ("GET", "/console/transactions/{transaction_id}"): read_transaction,
+    ("POST", "/console/transactions/{transaction_id}/commit"): admin,
+    ("POST", "/console/transactions/{transaction_id}/rollback"): admin,
+    ("POST", "/console/transactions/{transaction_id}/check"): admin,
+    ("GET", "/console/producer-groups"): admin,
+    ("GET", "/console/producer-groups/{group}"): path_group(PUB),
+    ("GET", "/console/consumer-groups"): admin,
+    ("GET", "/console/consumer-groups/{group}"): path_group(SUB),
+    ("POST", "/console/consumer-groups/{group}/reset-offset"): admin,
+    ("GET", "/console/consumer-groups/{group}/dlq"): path_group(SUB),
+    ("POST", "/console/consumer-groups/{group}/dlq/resend"): admin,
+    ("GET", "/console/messages"): find_messages,
+    ("GET", "/console/messages/{msg_id}"): admin,
+    ("GET", "/console/reconciliation"): admin,
+    ("GET", "/console/reconciliation/{report}"): admin,
+    ("GET", "/console/audit"): admin,
 }
 
 # Opened by the setting acl_public_ops (scrapers and API browsers without keys).

@@ -53,6 +53,7 @@ class CheckPolicy:
     broker_id: str = "broker"
     unreachable_ms: int = 30_000
     undelivered_alert_ms: int = 3_600_000
+    trace: bool = True  # write CHECKED and RESUMED trace events
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ class ConsumerConfig:
     delay_levels_ms: tuple[int, ...] = (1000, 5000, 10_000, 30_000)
     consumer_expiry_ms: int = 120_000
     broker_id: str = "broker"
+    trace: bool = True  # record the clients' trace reports (CLIENT_PUB, CLIENT_SUB)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,11 @@ The decisions are the domain's (:mod:`broker_service.domain.transactions.checkba
 only drives them: it claims a round, POSTs push checks with a bounded time-out, applies the answers
 as ``from_check`` commits and rollbacks, and wakes the pull long-polls of the instances it assigned
 checks to (:class:`~broker_service.domain.transactions.pulls.PullHub`).
+
+It times each push (``halfmq_check_seconds``) and tells the domain what came of it, a
+:class:`~broker_service.domain.transactions.model.CheckOutcome` the domain traces as ``CHECKED``.
+A push carries the half's W3C ``traceparent`` and ``tracestate`` properties as headers, so that the
+producer's check handler joins the producer's own trace.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import orjson
@@ -22,7 +28,13 @@ import orjson
 from broker_service.acl.signature import sign
 from broker_service.domain.errors import DomainError
 from broker_service.domain.transactions.checkback import PushCheck, RoundReport, check_payload
-from broker_service.domain.transactions.model import Decision, ProducerInstance, ResolvedBy
+from broker_service.domain.transactions.model import (
+    CheckFailure,
+    CheckOutcome,
+    Decision,
+    ProducerInstance,
+    ResolvedBy,
+)
 from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.metrics import BrokerMetrics
@@ -31,6 +43,8 @@ log = logging.getLogger("halfmq.checkback")
 
 _ANSWERS = {"COMMIT": Decision.COMMIT, "ROLLBACK": Decision.ROLLBACK}
 _PUSH_CONCURRENCY = 32
+_TRACE_CONTEXT = ("traceparent", "tracestate")  # W3C trace context, as message properties
+_TRACE_CONTEXT_MAX = 512  # tracestate: at most 32 members, 512 characters advised
 
 
 class CheckBackScheduler:
@@ -152,24 +166,44 @@ class CheckBackScheduler:
         assert instance.callback_url is not None
         self.metrics.checks.labels(outcome="sent").inc()
         body = orjson.dumps(check_payload(request))
-        headers = {"Content-Type": "application/json", **self._signed(instance, body)}
+        headers = {
+            "Content-Type": "application/json",
+            **_trace_context(request.properties),
+            **self._signed(instance, body),
+        }
+        started = time.monotonic()
+
+        def outcome(**what: Any) -> CheckOutcome:
+            elapsed = time.monotonic() - started
+            done = CheckOutcome("push", latency_ms=round(elapsed * 1000), **what)
+            self.metrics.check_seconds.labels(mode="push", result=done.result).observe(elapsed)
+            return done
+
         try:
             response = await self._http.post(instance.callback_url, content=body, headers=headers)
         except httpx.ReadTimeout:
             # sent in full, no answer in time: the producer has it (it may still be working)
-            await self._failed(check, f"no answer within {self.push_timeout:g} s")
+            error = f"no answer within {self.push_timeout:g} s"
+            await self._failed(check, outcome(failure=CheckFailure.TIMEOUT, error=error))
             return None
         except httpx.HTTPError as exc:
-            return await self._undelivered(check, exc)
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return await self._undelivered(check, outcome(failure=_failure(exc), error=error))
         if response.is_error:
-            await self._failed(check, f"answered HTTP {response.status_code}")
+            status = response.status_code
+            failed = outcome(
+                failure=CheckFailure.ERROR, status=status, error=f"answered HTTP {status}"
+            )
+            await self._failed(check, failed)
             return None
         try:
             state = str(response.json().get("state", "")).upper()
         except (ValueError, AttributeError):
-            await self._failed(check, "answered with no readable state")
+            error = "answered with no readable state"
+            await self._failed(check, outcome(failure=CheckFailure.ERROR, error=error))
             return None
-        await self._answered(check, state)
+        answer = state if state in _ANSWERS else "UNKNOWN"
+        await self._answered(check, outcome(answer=answer), state)
         return None
 
     def _signed(self, instance: ProducerInstance, body: bytes) -> dict[str, str]:
@@ -194,7 +228,7 @@ class CheckBackScheduler:
         key = (instance.producer_group, instance.client_id)
         return time.monotonic() - self._received_at.get(key, -math.inf) < 2 * self.push_timeout
 
-    async def _answered(self, check: PushCheck, state: str) -> None:
+    async def _answered(self, check: PushCheck, outcome: CheckOutcome, state: str) -> None:
         request = check.request
         self._received(check)
         self.metrics.checks.labels(outcome="answered").inc()
@@ -206,7 +240,7 @@ class CheckBackScheduler:
             request.check_times,
         )
         decision = _ANSWERS.get(state)
-        await self.service.check_received(request.transaction_id, decided=decision is not None)
+        await self.service.check_received(check, outcome)
         if decision is None:
             return
         try:
@@ -217,7 +251,7 @@ class CheckBackScheduler:
             # The producer (or an operator) decided first: the first decision stands.
             log.info("check answer for %s not applied: %s", request.transaction_id, error.message)
 
-    async def _failed(self, check: PushCheck, error: str) -> None:
+    async def _failed(self, check: PushCheck, outcome: CheckOutcome) -> None:
         """The producer received the check but gave no answer: counted, checked again later."""
         self._received(check)
         self.metrics.checks.labels(outcome="failed").inc()
@@ -225,14 +259,14 @@ class CheckBackScheduler:
             "check of %s at %s failed: %s",
             check.request.transaction_id,
             check.instance.client_id,
-            error,
+            outcome.error,
         )
-        await self.service.check_received(check.request.transaction_id, error=error)
+        await self.service.check_received(check, outcome)
 
-    async def _undelivered(self, check: PushCheck, exc: httpx.HTTPError) -> PushCheck | None:
+    async def _undelivered(self, check: PushCheck, outcome: CheckOutcome) -> PushCheck | None:
         """The check reached nobody (refused, reset, DNS, TLS, a connect time-out): not counted;
         the instance is kept aside and the check goes to another one now, if there is one."""
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        error = outcome.error
         busy = self._busy(check)
         self.metrics.checks.labels(outcome="undelivered").inc()
         log.warning(
@@ -244,9 +278,37 @@ class CheckBackScheduler:
             if busy
             else f"instance set aside for {self.service.checkback.policy.unreachable_ms / 1000:g} s",
         )
-        report = await self.service.check_undelivered(check, error, set_aside=not busy)
+        report = await self.service.check_undelivered(check, outcome, set_aside=not busy)
         self._observe(report)
         if report.pushes:
             self.metrics.checks.labels(outcome="redirected").inc()
             return report.pushes[0]
         return None
+
+
+def _trace_context(properties: dict[str, str]) -> dict[str, str]:
+    """The half's ``traceparent`` / ``tracestate`` properties, as the headers of its check; a
+    value no header may carry (not printable ASCII, longer than W3C allows) is left out, so that a
+    producer's odd property never costs the check its delivery."""
+    return {
+        name: value
+        for name in _TRACE_CONTEXT
+        if (value := properties.get(name, ""))
+        and len(value) <= _TRACE_CONTEXT_MAX
+        and value.isascii()
+        and value.isprintable()
+    }
+
+
+def _failure(exc: httpx.HTTPError) -> CheckFailure:
+    """A check that reached nobody: refused, a connect (or pool) time-out, or another error."""
+    cause: BaseException | None = exc
+    for _ in range(8):  # httpx -> httpcore -> the socket's own error
+        if cause is None:
+            break
+        if isinstance(cause, ConnectionRefusedError):
+            return CheckFailure.REFUSED
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, httpx.TimeoutException):
+        return CheckFailure.TIMEOUT
+    return CheckFailure.ERROR

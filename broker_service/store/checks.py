@@ -164,6 +164,8 @@ _force = (
     .values(next_check_at=bindparam("b_now"), check_pending_pull=False, claimed_by=None)
 )
 
+_claim_of = select(t.claimed_by, t.claimed_until).where(t.transaction_id == bindparam("id"))
+
 _pending_older_than = (
     select(func.count())
     .select_from(transactions)
@@ -274,6 +276,10 @@ class CheckPart(SqlPart):
 
     def undelivered_halves(self, before: int) -> int:
         return int(self.conn.execute(_undelivered_before, {"before": before}).scalar_one())
+
+    def check_claim(self, transaction_id: str) -> tuple[str | None, int | None]:
+        row = self.conn.execute(_claim_of, {"id": transaction_id}).first()
+        return (None, None) if row is None else (row.claimed_by, row.claimed_until)
 
     def schedule_check(self, transaction_id: str, at: int) -> None:
         self.conn.execute(_schedule, {"b_id": transaction_id, "b_at": at})

@@ -7,15 +7,25 @@ writer (``store/concurrent.py``).  Claims live in the database: see ``store/prog
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, delete, select
+from sqlalchemy import and_, bindparam, delete, func, literal, select, union_all
 
-from broker_service.domain.consumers.model import ConsumerGroup, Member, Subscription
+from broker_service.domain.consumers.model import ConsumerGroup, Member, MessageModel, Subscription
+from broker_service.domain.names import DLQ_PREFIX, RETRY_PREFIX
+from broker_service.domain.ports.consumers import GroupQueueProgress
 from broker_service.store import rows
 from broker_service.store.part import SqlPart
-from broker_service.store.schema import consumer_groups, consumer_offsets, consumers, subscriptions
+from broker_service.store.schema import (
+    consumer_groups,
+    consumer_offsets,
+    consumers,
+    messages,
+    queues,
+    subscriptions,
+)
 
 g = consumer_groups.c
 s = subscriptions.c
+o = consumer_offsets.c
 
 _group = select(consumer_groups).where(g.name == bindparam("name"))
 _subscriptions = (
@@ -23,6 +33,60 @@ _subscriptions = (
 )
 _members = (
     select(consumers).where(consumers.c.consumer_group == bindparam("group")).order_by("client_id")
+)
+
+# The backlog read at scrape time: each group's topics (its subscriptions and its retry topic),
+# their queues, the group's progress rows in them and the members those rows belong to -- one
+# statement for every group, its rows (queues x broadcasting members) walked by primary keys.
+_read_topics = union_all(
+    select(s.consumer_group.label("grp"), s.topic.label("topic")),
+    select(g.name.label("grp"), (literal(RETRY_PREFIX) + g.name).label("topic")),
+).subquery()
+_all_progress = (
+    select(
+        _read_topics.c.grp,
+        g.message_model,
+        queues.c.topic,
+        queues.c.queue_id,
+        queues.c.next_offset,
+        o.client_id,
+        o.committed_offset,
+        consumers.c.last_seen_at,
+    )
+    .select_from(
+        _read_topics.join(consumer_groups, g.name == _read_topics.c.grp)
+        .join(queues, queues.c.topic == _read_topics.c.topic)
+        .outerjoin(
+            consumer_offsets,
+            and_(
+                o.consumer_group == _read_topics.c.grp,
+                o.topic == queues.c.topic,
+                o.queue_id == queues.c.queue_id,
+            ),
+        )
+        .outerjoin(
+            consumers,
+            and_(
+                consumers.c.consumer_group == o.consumer_group,
+                consumers.c.client_id == o.client_id,
+            ),
+        )
+    )
+    .order_by(_read_topics.c.grp, queues.c.topic, queues.c.queue_id)
+)
+# Dead letters not resent, per group: its DLQ topic's rows, by the (topic, queue, offset) key.
+_dead_counts = (
+    select(g.name, func.count(messages.c.id))
+    .select_from(
+        consumer_groups.outerjoin(
+            messages,
+            and_(
+                messages.c.topic == literal(DLQ_PREFIX) + g.name,
+                messages.c.released_at.is_(None),
+            ),
+        )
+    )
+    .group_by(g.name)
 )
 
 
@@ -85,6 +149,25 @@ class GroupPart(SqlPart):
     def list_consumers(self, group: str) -> list[Member]:
         result = self.conn.execute(_members, {"group": group})
         return [Member(r.consumer_group, r.client_id, r.last_seen_at) for r in result]
+
+    def all_groups_progress(self) -> list[GroupQueueProgress]:
+        broadcasting = MessageModel.BROADCASTING.value
+        return [
+            GroupQueueProgress(
+                r.grp,
+                r.message_model == broadcasting,
+                r.topic,
+                r.queue_id,
+                r.next_offset,
+                r.client_id,
+                r.committed_offset,
+                r.last_seen_at,
+            )
+            for r in self.conn.execute(_all_progress)
+        ]
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        return {str(name): int(count) for name, count in self.conn.execute(_dead_counts)}
 
     def delete_consumer_group(self, group: str) -> None:
         for table, column in (

@@ -248,6 +248,13 @@ class DeliveryPart(SqlPart):
             )
         )
 
+    def add_traces(self, events: Sequence[tuple[str, str, str, int, str | None]]) -> None:
+        values = [
+            {"msg_id": msg_id, "event": event, "actor": actor, "at": at, "detail": detail}
+            for msg_id, event, actor, at, detail in events
+        ]
+        self.conn.execute(insert(trace_events), values)
+
     def deliveries_of(self, msg_id: str) -> list[Delivery]:
         query = select(deliveries).where(d.msg_id == msg_id).order_by(d.id)
         return [rows.delivery(r._mapping) for r in self.conn.execute(query)]

@@ -369,3 +369,18 @@ leases = Table(
     Column("holder", String(128), nullable=False),
     Column("until", Millis, nullable=False),
 )
+
+# The console's audit log (broker_service.domain.audit): who did what by hand, when, and how it
+# ended.  Not purged by retention: a few rows per operator action, asked about long after.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("at", Millis, nullable=False),
+    Column("access_key", String(128), nullable=False),  # "anonymous" with the ACL off
+    Column("action", String(64), nullable=False),
+    Column("subject", String(512), nullable=False),
+    Column("detail", Text, nullable=True),  # JSON object
+    Column("result", String(16), nullable=False),  # ok | refused | failed
+    Index("ix_audit_log_subject_id", "subject", "id"),
+)

@@ -31,6 +31,7 @@ from broker_service.domain.transactions.model import ResolvedBy, TransactionReco
 from broker_service.store import rows
 from broker_service.store import statements as sql
 from broker_service.store.acl import AclPart
+from broker_service.store.audit import AuditPart
 from broker_service.store.checks import CheckPart
 from broker_service.store.consumers import GroupPart
 from broker_service.store.deliveries import DeliveryPart
@@ -66,7 +67,7 @@ class ResolutionRace(Exception):
     its unit read it: the batch is rolled back, and the writer runs it again undeferred."""
 
 
-class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart, RetentionPart):
+class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart, RetentionPart, AuditPart):
     def __init__(self, conn: Connection, *, defer_resolutions: bool = False) -> None:
         """``defer_resolutions`` (PostgreSQL; the writer sets it for a batch of several units):
         see :meth:`resolve_transaction`."""

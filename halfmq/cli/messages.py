@@ -1,4 +1,5 @@
-"""``halfmq message get|find``: a message by id (and where it is in its life), or by key."""
+"""``halfmq message get|find|trace``: a message by id (and where it is in its life), by key, and
+its trace: every event of its life, one row each (docs/observability.md, "Message trace")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from halfmq.cli.client import Json
+from halfmq.cli.client import Json, json_call, segment
 from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
@@ -69,6 +70,32 @@ def find(
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         found = client.find_messages(topic, key, since, until, limit)
     show({"messages": found}, as_json, lambda answer: render_messages(answer["messages"]))
+
+
+@app.command()
+def trace(
+    msg_id: Annotated[
+        str, typer.Argument(metavar="MSG_ID", help="The message's msg_id.", show_default=False)
+    ],
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
+) -> None:
+    """Show a message's trace, oldest first: stored, checked, decided, delivered, acked, and
+    what its producer and consumers reported."""
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+        answer = client.call(json_call("GET", f"/v1/messages/{segment(msg_id)}/trace"))
+    show(answer, as_json, render_trace)
+
+
+def render_trace(answer: Json) -> RenderableType:
+    rows = [
+        [e["at"], Text(e["event"], style="bold"), e["by"], e.get("detail")]
+        for e in answer["events"]
+    ]
+    return table(f"trace of {answer['msg_id']}", ["time", "event", "by", "detail"], rows)
 
 
 def body_text(message: Json) -> Text:

@@ -1,4 +1,5 @@
-"""``halfmq transaction show|list|resolve|check``: half messages, and an operator's hand on them."""
+"""``halfmq transaction show|list|resolve|check|checks``: half messages, an operator's hand on
+them, and a transaction's check audit."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.text import Text
 
-from halfmq.cli.client import Json
+from halfmq.cli.client import Json, json_call, segment
 from halfmq.cli.output import (
     DEFAULT_BROKER,
     AccessKeyOption,
@@ -145,6 +146,52 @@ def check(
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         record = client.check_transaction(transaction_id)
     show(record, as_json, render_transaction)
+
+
+@app.command("checks")
+def checks(
+    transaction_id: TransactionIdArgument,
+    broker: BrokerOption = DEFAULT_BROKER,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    access_key: AccessKeyOption = None,
+    secret_key: SecretKeyOption = None,
+) -> None:
+    """Show a transaction's check audit: every check (instance, answer or failure, latency),
+    and whether the next round checks it, or why not."""
+    path = f"/v1/transactions/{segment(transaction_id)}/checks"
+    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+        audit = client.call(json_call("GET", path))
+    show(audit, as_json, render_check_audit)
+
+
+def render_check_audit(audit: Json) -> RenderableType:
+    fields = [
+        ("transaction_id", audit["transaction_id"]),
+        ("state", state_text(audit["state"])),
+        ("check_times", audit["check_times"]),
+        ("next check", audit.get("next_check_at")),
+        ("due", Text(audit["due"], style="bold")),
+        ("why", audit["why"]),
+        ("until", audit.get("until")),
+        ("claimed by", audit.get("claimed_by")),
+    ]
+    rows = [
+        [
+            c["at"],
+            c.get("mode"),
+            c["instance"],
+            c.get("answer") or Text(c.get("failure") or "-", style="red"),
+            c.get("latency_ms"),
+            c.get("status") or c.get("error"),
+        ]
+        for c in audit["checks"]
+    ]
+    columns = ["time", "mode", "instance", "answer", "latency ms", "error"]
+    return Group(
+        fields_panel(f"checks of {audit['transaction_id']}", fields),
+        table("checks", columns, rows),
+    )
 
 
 def state_text(state: str) -> Text:

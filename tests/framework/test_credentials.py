@@ -143,6 +143,7 @@ def test_the_sync_producer_signs_every_request(server: CaptureServer) -> None:
         "POST /v1/transactions",
         "POST /v1/transactions/tx-1/commit",
         "GET /v1/transactions/tx-1",
+        "POST /v1/trace",  # the client-side trace, reported on close
     ]
 
 
@@ -159,6 +160,7 @@ async def test_the_async_producer_signs_every_request(server: CaptureServer) -> 
         "POST /v1/topics/transfers/messages",
         "POST /v1/transactions",
         "POST /v1/transactions/tx-1/commit",
+        "POST /v1/trace",  # the client-side trace, reported on close
     ]
 
 
@@ -193,14 +195,17 @@ async def test_the_async_consumer_signs_every_request(server: CaptureServer) -> 
 def test_keys_from_the_environment_sign(server: CaptureServer, bob_in_env: None) -> None:
     with TransactionProducer("bob-bank", brokers=[server.url], check=CheckMode.none()) as producer:
         producer.send(Message("transfers", body="x"))
-    assert assert_all_signed_by(server, "bob-bank") == ["POST /v1/topics/transfers/messages"]
+    assert assert_all_signed_by(server, "bob-bank") == [
+        "POST /v1/topics/transfers/messages",
+        "POST /v1/trace",
+    ]
 
 
 def test_without_keys_requests_go_unsigned(server: CaptureServer) -> None:
     with TransactionProducer("bob-bank", brokers=[server.url], check=CheckMode.none()) as producer:
         assert producer.credentials is None
         producer.send(Message("transfers", body="x"))
-    assert [r.signed for r in server.requests] == [False]
+    assert [r.signed for r in server.requests] == [False, False]  # the send, the trace report
 
 
 def test_a_retried_request_is_signed_afresh() -> None:
@@ -215,7 +220,7 @@ def test_a_retried_request_is_signed_afresh() -> None:
         )
         with producer:
             producer.send(Message("transfers", body="x"))
-    first, second = (verified(r) for r in server.requests)
+    first, second, _trace = (verified(r) for r in server.requests)
     assert first.nonce != second.nonce
 
 
@@ -252,7 +257,7 @@ def test_a_given_sync_transport_is_signed_through() -> None:
     )
     with producer:
         producer.send(Message("transfers", body="x"))
-    assert capture.verified_keys() == ["bob-bank"]
+    assert capture.verified_keys() == ["bob-bank", "bob-bank"]  # the send, the trace report
 
 
 async def test_a_given_async_transport_is_signed_through() -> None:
@@ -266,7 +271,7 @@ async def test_a_given_async_transport_is_signed_through() -> None:
     )
     async with producer:
         await producer.send(Message("transfers", body="x"))
-    assert capture.verified_keys() == ["smith-bank"]
+    assert capture.verified_keys() == ["smith-bank", "smith-bank"]  # the send, the trace report
 
 
 # -- the in-process test broker's own clients ---------------------------------------------------

@@ -98,8 +98,9 @@ async def delete_producer_group(group: GroupName, service: TransactionsDep) -> R
 
 @router.post("/v1/transactions/{transaction_id}/check", response_model=TransactionOut)
 async def check_now(transaction_id: IdPath, request: Request, service: TransactionsDep) -> Any:
-    """Operator: check this transaction in the next round, also when it is DISCARDED."""
-    record = await service.check_now(transaction_id)
+    """Operator: check this transaction in the next round, also when it is DISCARDED (traced
+    as OPERATOR_CHECK by the operator's access key, and RESUMED)."""
+    record = await service.check_now(transaction_id, getattr(request.state, "access_key", None))
     wake_checks: Callable[[], None] | None = request.app.state.wake_checks
     if wake_checks is not None:
         wake_checks()

@@ -1,4 +1,4 @@
-"""``/v1/transactions``: half messages, commit, rollback, and their state."""
+"""``/v1/transactions``: half messages, commit, rollback, their state, and their check audit."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from broker_service.api.deps import TransactionsDep, metrics_of, transactions_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
 from broker_service.api.permissions import transaction_guard
+from broker_service.api.schemas.common import rfc3339
+from broker_service.api.schemas.trace import CheckAuditOut, CheckEntryOut
 from broker_service.api.schemas.transactions import (
     DecisionIn,
     HalfOut,
@@ -50,8 +52,20 @@ async def _resolve(
         by = ResolvedBy.OPERATOR
     service = transactions_of(request)
     guard = transaction_guard(request.state)  # the ACL's need on the transaction's topic
-    resolution = await service.resolve(transaction_id, decision, body.producer_group, by, guard)
-    metrics_of(request).resolutions.labels(state=resolution.state.value, by=by.value).inc()
+    resolution = await service.resolve(
+        transaction_id,
+        decision,
+        body.producer_group,
+        by,
+        guard,
+        actor=getattr(request.state, "access_key", None),  # an operator's, with the ACL on
+        pull_answer=body.from_check,
+    )
+    metrics = metrics_of(request)
+    metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
+    if resolution.check_latency_ms is not None:
+        seconds = resolution.check_latency_ms / 1000
+        metrics.check_seconds.labels(mode="pull", result=decision.value).observe(seconds)
     return convert.json_response(convert.resolution_dict(resolution))
 
 
@@ -74,6 +88,40 @@ async def rollback(
 @router.get("/{transaction_id}", response_model=TransactionOut)
 async def get_transaction(transaction_id: IdPath, service: TransactionsDep) -> TransactionOut:
     return convert.transaction_out(await service.get_transaction(transaction_id))
+
+
+@router.get("/{transaction_id}/checks", response_model=CheckAuditOut)
+async def check_audit(transaction_id: IdPath, service: TransactionsDep) -> CheckAuditOut:
+    """The check audit: every check of the transaction, oldest first (instance, answer or
+    failure, latency), and whether the next round checks it, or why not."""
+    audit = await service.checks(transaction_id)
+    record = audit.transaction
+    return CheckAuditOut(
+        transaction_id=record.transaction_id,
+        state=record.state.value,
+        producer_group=record.producer_group,
+        msg_id=record.msg_id,
+        check_times=record.check_times,
+        next_check_at=rfc3339(audit.next_check_at),
+        due=audit.due.value,
+        why=audit.reason,
+        until=rfc3339(audit.until),
+        claimed_by=audit.claimed_by,
+        checks=[
+            CheckEntryOut(
+                at=rfc3339(c.at) or "",
+                mode=c.mode,
+                instance=c.instance,
+                check_times=c.check_times,
+                answer=c.answer,
+                failure=c.failure,
+                latency_ms=c.latency_ms,
+                status=c.status,
+                error=c.error,
+            )
+            for c in audit.checks
+        ],
+    )
 
 
 @router.get("", response_model=TransactionListOut)

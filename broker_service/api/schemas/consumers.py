@@ -205,6 +205,12 @@ class TraceEventOut(BaseModel):
         "ROLLED_BACK",
         "CHECKED",
         "DISCARDED",
+        "RESUMED",
+        "OPERATOR_COMMIT",
+        "OPERATOR_ROLLBACK",
+        "OPERATOR_CHECK",
+        "CLIENT_PUB",
+        "CLIENT_SUB",
         "DELIVERED",
         "ACKED",
         "NACKED",
@@ -212,7 +218,10 @@ class TraceEventOut(BaseModel):
         "DEAD",
         "RESENT",
     ]
-    by: str = Field(description="Client, producer group, consumer member or broker id")
+    by: str = Field(
+        description="Client, producer instance, producer group, consumer member, access key "
+        "or broker id (docs/observability.md, Message trace)"
+    )
     detail: dict[str, Any] = Field(default_factory=dict)
 
 

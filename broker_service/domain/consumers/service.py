@@ -10,6 +10,7 @@ from typing import TypeVar
 from broker_service.domain.clock import now_ms
 from broker_service.domain.config import ConsumerConfig
 from broker_service.domain.consumers.admin import ConsumerAdmin, OffsetReset
+from broker_service.domain.consumers.backlog import Backlog, backlog
 from broker_service.domain.consumers.groups import GroupCreated, Groups, Subscribed
 from broker_service.domain.consumers.leases import Leases
 from broker_service.domain.consumers.model import (
@@ -23,7 +24,14 @@ from broker_service.domain.consumers.model import (
 )
 from broker_service.domain.consumers.receive import Receiver
 from broker_service.domain.consumers.retry import Retries
-from broker_service.domain.consumers.trace import TraceEvent, trace
+from broker_service.domain.consumers.trace import (
+    ClientTraceAnswer,
+    ClientTraceRecord,
+    MayReport,
+    TraceEvent,
+    record_client_trace,
+    trace,
+)
 from broker_service.domain.consumers.wakeup import Arrivals
 from broker_service.domain.errors import InvalidRequest
 from broker_service.domain.ports import Store, StoreTx, UnitRunner
@@ -72,6 +80,10 @@ class ConsumerService:
 
     async def reset_offset(self, group: str, topic: str, timestamp: int) -> OffsetReset:
         return await self.store.write(self.admin.reset_offset(group, topic, timestamp))
+
+    async def backlog(self) -> Backlog:
+        """Every group's lag, retry and DLQ depth (the metrics' scrape-time read)."""
+        return await self.store.read(backlog(self.clock, self.config.consumer_expiry_ms))
 
     # -- receive and acks -------------------------------------------------------------------------
 
@@ -152,3 +164,10 @@ class ConsumerService:
 
     async def trace(self, msg_id: str) -> list[TraceEvent]:
         return await self.store.read(trace(msg_id, self.config.broker_id))
+
+    async def record_client_trace(
+        self, records: Sequence[ClientTraceRecord], may_report: MayReport | None = None
+    ) -> ClientTraceAnswer:
+        """The framework's reports (``POST /v1/trace``); nothing while ``trace`` is off."""
+        enabled = self.config.trace
+        return await record_client_trace(self.store, records, may_report, enabled=enabled)

@@ -1,24 +1,27 @@
 """A message's trace: what happened to it, from the rows that record it.
 
 Message-side events come from its copies (the half, the real message) and its transaction
-(decided, discarded); consumer-side events from its ``deliveries`` (DELIVERED, ACKED, NACKED) and from the
-``trace_events`` the broker writes where no row records the moment (RETRIED, DEAD, RESENT, orderly
-NACKED, operator actions).
+(decided -- by the producer, the instance that answered a check, or an operator -- and discarded);
+consumer-side events from its ``deliveries`` (DELIVERED, ACKED, NACKED) and from the
+``trace_events`` the broker writes where no row records the moment (CHECKED, RESUMED, RETRIED,
+DEAD, RESENT, orderly NACKED, operator actions), and the clients' own reports (CLIENT_PUB,
+CLIENT_SUB: what sending and consuming cost them), recorded by :func:`record_client_trace`.
+docs/observability.md, "Message trace", lists every event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from broker_service.domain import names
 from broker_service.domain.consumers.model import DeliveryState
-from broker_service.domain.errors import missing
-from broker_service.domain.messages.model import StoredMessage
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.errors import DomainError, missing
+from broker_service.domain.messages.model import PROP_REAL_TOPIC, StoredMessage
+from broker_service.domain.ports import Store, StoreTx
 
 _RESOLVED = {"COMMITTED": "COMMITTED", "ROLLED_BACK": "ROLLED_BACK"}
 _FINISHED = {DeliveryState.ACKED: "ACKED", DeliveryState.NACKED: "NACKED"}
@@ -41,6 +44,14 @@ def _message_events(copy: StoredMessage) -> list[TraceEvent]:
     return [TraceEvent(copy.stored_at, "SENT", copy.producer_group or "producer", where)]
 
 
+# What decided a transaction comes before the decision it made in the same millisecond.
+_CAUSES = frozenset({"CHECKED", "OPERATOR_COMMIT", "OPERATOR_ROLLBACK"})
+
+
+def _in_order(event: TraceEvent) -> tuple[int, int]:
+    return event.at, 0 if event.event in _CAUSES else 1
+
+
 def trace(msg_id: str, broker_id: str) -> Callable[[StoreTx], list[TraceEvent]]:
     def unit(tx: StoreTx) -> list[TraceEvent]:
         copies = tx.find_messages(msg_id)
@@ -52,7 +63,12 @@ def trace(msg_id: str, broker_id: str) -> Callable[[StoreTx], list[TraceEvent]]:
         record = tx.get_transaction(txid) if txid else None
         if record is not None and record.resolved_at is not None and record.resolved_by:
             decided = _RESOLVED.get(record.state.value, record.state.value)
-            events.append(TraceEvent(record.resolved_at, decided, record.resolved_by.value, {}))
+            by, how = record.resolved_by.value, {"resolved_by": record.resolved_by.value}
+            if by == "check" and record.check_client_id:
+                by = record.check_client_id  # the instance whose answer decided it
+            elif by == "producer":
+                how["producer_group"] = record.producer_group
+            events.append(TraceEvent(record.resolved_at, decided, by, how))
         if record is not None and record.discarded_at is not None:
             reason = {"reason": record.discard_reason}
             events.append(TraceEvent(record.discarded_at, "DISCARDED", broker_id, reason))
@@ -77,7 +93,108 @@ def trace(msg_id: str, broker_id: str) -> Callable[[StoreTx], list[TraceEvent]]:
             loaded = orjson.loads(recorded) if recorded else {}
             extra = loaded if isinstance(loaded, dict) else {"value": loaded}
             events.append(TraceEvent(at, event, actor, extra))
-        events.sort(key=lambda e: e.at)
+        events.sort(key=_in_order)
         return events
 
     return unit
+
+
+# -- the clients' own reports ---------------------------------------------------------------------
+
+CLIENT_EVENTS = {"PUB": "CLIENT_PUB", "SUB": "CLIENT_SUB"}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTraceRecord:
+    """One report of a client (the framework): what sending (``PUB``) or consuming (``SUB``) a
+    message cost it, and how it ended."""
+
+    msg_id: str
+    type: Literal["PUB", "SUB"]
+    topic: str
+    group: str
+    client_id: str
+    at: int
+    cost_ms: float
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTraceRefusal:
+    index: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTraceAnswer:
+    recorded: int
+    refused: list[ClientTraceRefusal]
+
+
+# (kind "PUB" or "SUB", topic, group): raises a DomainError (Forbidden) when the caller may not.
+MayReport = Callable[[str, str, str], None]
+
+
+def _message_topic_and_group(copies: Sequence[StoredMessage]) -> tuple[str, str | None]:
+    """The topic a message was sent to (a half's real topic) and its producer group."""
+    group = next((c.producer_group for c in copies if c.producer_group), None)
+    for copy in copies:
+        if not names.is_system_topic(copy.topic):
+            return copy.topic, group
+    for copy in copies:
+        if PROP_REAL_TOPIC in copy.properties:
+            return copy.properties[PROP_REAL_TOPIC], group
+    return copies[0].topic, group
+
+
+def _client_trace_unit(
+    records: Sequence[ClientTraceRecord], may_report: MayReport | None
+) -> Callable[[StoreTx], ClientTraceAnswer]:
+    def unit(tx: StoreTx) -> ClientTraceAnswer:
+        rows: list[tuple[str, str, str, int, str]] = []
+        refused: list[ClientTraceRefusal] = []
+        for index, report in enumerate(records):
+            try:
+                copies = tx.find_messages(report.msg_id)
+                if not copies:
+                    purged = tx.purged_at("m", [report.msg_id])
+                    raise missing("message", report.msg_id, "MESSAGE", purged)
+                if may_report is not None:
+                    topic, producer_group = _message_topic_and_group(copies)
+                    group = producer_group if report.type == "PUB" and producer_group else None
+                    may_report(report.type, topic, group or report.group)
+            except DomainError as error:
+                refused.append(ClientTraceRefusal(index, error.code, error.message))
+                continue
+            detail = {
+                "group": report.group,
+                "topic": report.topic,
+                "cost_ms": report.cost_ms,
+                "status": report.status,
+            }
+            event = CLIENT_EVENTS[report.type]
+            rows.append(
+                (report.msg_id, event, report.client_id, report.at, orjson.dumps(detail).decode())
+            )
+        if rows:
+            tx.add_traces(rows)
+        return ClientTraceAnswer(len(rows), refused)
+
+    return unit
+
+
+async def record_client_trace(
+    store: Store,
+    records: Sequence[ClientTraceRecord],
+    may_report: MayReport | None,
+    *,
+    enabled: bool,
+) -> ClientTraceAnswer:
+    """Record the clients' reports as ``CLIENT_PUB`` / ``CLIENT_SUB`` events, each on its own:
+    an unknown message, or (``may_report``: the ACL) one the caller could not have sent or
+    received, is refused by its index and the others are kept.  With the ``trace`` setting off
+    (``enabled`` False) nothing is looked at or kept: ``recorded`` 0."""
+    if not enabled:
+        return ClientTraceAnswer(0, [])
+    return await store.write(_client_trace_unit(records, may_report))

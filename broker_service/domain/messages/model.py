@@ -61,6 +61,11 @@ class QueueInfo:
     max_offset: int
 
 
+# W3C trace context and baggage a client puts among a message's properties (OpenTelemetry's
+# propagators): where the message was sent from, not what it says.
+TRACE_CONTEXT = frozenset({"traceparent", "tracestate", "baggage"})
+
+
 class MessageDraft(NamedTuple):
     """A message as a client sent it, validated; bodies already decoded to bytes.
 
@@ -80,7 +85,8 @@ class MessageDraft(NamedTuple):
     born_at: int | None = None
 
     def content_hash(self, topic: str, producer_group: str | None = None) -> str:
-        """What makes a retransmit the same message: everything but the born time."""
+        """What makes a retransmit the same message: everything but the born time and the
+        trace context (a retransmit made in another span is the same message)."""
         digest = hashlib.sha256(self.body)
         digest.update(
             orjson.dumps(
@@ -90,7 +96,7 @@ class MessageDraft(NamedTuple):
                     self.encoding.value,
                     self.tags,
                     list(self.keys),
-                    dict(self.properties),
+                    {k: v for k, v in self.properties.items() if k not in TRACE_CONTEXT},
                     self.sharding_key,
                     self.queue_id,
                     self.delay_level,

@@ -7,6 +7,7 @@
 :class:`ConsumerStore`    consumer groups, progress per queue, deliveries, the trace
 :class:`AdminStore`       the ACL's nonces and published versions
 :class:`RetentionStore`   the purge: queue heads, readers' positions, bounded deletes
+:class:`AuditStore`       the console's audit log of operator actions
 ========================  =================================================================
 
 A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Store` runs units
@@ -14,6 +15,7 @@ A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Stor
 """
 
 from broker_service.domain.ports.admin import AdminStore
+from broker_service.domain.ports.audit import AuditStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
@@ -32,6 +34,7 @@ from broker_service.domain.ports.transactions import ResolveOutcome, Transaction
 
 __all__ = [
     "AdminStore",
+    "AuditStore",
     "CheckStore",
     "ConsumerStore",
     "MessageQuery",

@@ -4,7 +4,7 @@ deliveries behind receipt handles, and the trace of what happened to a message."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from broker_service.domain.consumers.model import (
     ConsumerGroup,
@@ -16,6 +16,20 @@ from broker_service.domain.consumers.model import (
     Subscription,
 )
 from broker_service.domain.messages.model import QueueInfo, StoredMessage
+
+
+class GroupQueueProgress(NamedTuple):
+    """A queue a consumer group reads (of a subscribed topic, or of its retry topic) and one
+    progress row of the group in it (broadcasting: a member's), as the backlog read finds them."""
+
+    group: str
+    broadcasting: bool
+    topic: str
+    queue_id: int
+    max_offset: int
+    client_id: str | None  # None: no progress in this queue yet; '' for a clustering group
+    committed_offset: int | None
+    last_seen_at: int | None  # the member's, when it is one still recorded
 
 
 class ConsumerStore(Protocol):
@@ -44,6 +58,14 @@ class ConsumerStore(Protocol):
     ) -> list[tuple[QueueInfo, QueueProgress]]: ...
     def advance_committed(self, keys: Sequence[tuple[str, str, int, str]], at: int) -> None: ...
     def list_progress(self, group: str) -> list[QueueProgress]: ...
+    def all_groups_progress(self) -> list[GroupQueueProgress]:
+        """Every group's queues and progress: one statement, whatever the number of groups."""
+        ...
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Every group's messages in its DLQ not yet resent (0 for none): one statement."""
+        ...
+
     def oldest_open_offset(
         self, group: str, topic: str, queue_id: int, client_id: str
     ) -> int | None: ...
@@ -83,5 +105,9 @@ class ConsumerStore(Protocol):
     def add_trace(
         self, msg_id: str, event: str, actor: str, at: int, detail: str | None = None
     ) -> None: ...
+    def add_traces(self, events: Sequence[tuple[str, str, str, int, str | None]]) -> None:
+        """Several (msg_id, event, actor, at, detail JSON) at once: one statement, many rows."""
+        ...
+
     def deliveries_of(self, msg_id: str) -> list[Delivery]: ...
     def trace_events_of(self, msg_id: str) -> list[tuple[int, str, str, str | None]]: ...

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from broker_service.domain.ports.admin import AdminStore
+from broker_service.domain.ports.audit import AuditStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageStore
@@ -29,7 +30,14 @@ T = TypeVar("T")
 
 
 class StoreTx(
-    MessageStore, TransactionStore, CheckStore, ConsumerStore, AdminStore, RetentionStore, Protocol
+    MessageStore,
+    TransactionStore,
+    CheckStore,
+    ConsumerStore,
+    AdminStore,
+    RetentionStore,
+    AuditStore,
+    Protocol,
 ):
     """One store transaction: every role a unit of work may use."""
 

@@ -20,6 +20,12 @@ reported after ``undelivered_alert_ms``, never discarded for it.  A broker that 
 and send leaves only the claim, which expires.
 
 The answer is applied exactly like a producer's own commit or rollback (``ResolvedBy.CHECK``).
+
+Every check leaves a ``CHECKED`` trace event on its half's ``msg_id`` (unless the ``trace`` setting
+is off), written in the unit that records what came of it -- no unit of its own: the instance it
+went to, the answer and its latency, or the failure (:class:`CheckOutcome`).  A pull check's
+answer is a commit or rollback ``from_check`` (``Transactions.resolve`` writes its event); its
+silence (UNKNOWN) is found by the next round that claims the half.
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ from __future__ import annotations
 import base64
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import orjson
 
 from broker_service.domain import names
 from broker_service.domain.config import CheckPolicy
@@ -37,6 +45,9 @@ from broker_service.domain.messages.model import StoredMessage
 from broker_service.domain.ports import StoreTx
 from broker_service.domain.transactions.halves import unknown_transaction
 from broker_service.domain.transactions.model import (
+    CHECKED,
+    CheckFailure,
+    CheckOutcome,
     ProducerInstance,
     TransactionRecord,
     TransactionState,
@@ -47,7 +58,10 @@ DISCARD_TOPIC_DELETED = "TOPIC_DELETED"
 DISCARD_HALF_MISSING = "HALF_MISSING"
 
 _OPEN_STATES = (TransactionState.PREPARED, TransactionState.DISCARDED)
+_DECISIONS = ("COMMIT", "ROLLBACK")
 _ERROR_MAX = 1000  # characters of a delivery error kept with the half and the instance
+RESUMED = "RESUMED"
+OPERATOR_CHECK = "OPERATOR_CHECK"
 
 
 def _client(instance: ProducerInstance) -> str:
@@ -95,6 +109,15 @@ class RoundReport:
     skipped_unreachable: list[str] = field(default_factory=list)
     discarded: list[tuple[str, str]] = field(default_factory=list)
     overdue: list[Overdue] = field(default_factory=list)
+
+
+def _pulled_unanswered(record: TransactionRecord, live: Sequence[ProducerInstance]) -> bool:
+    """The half's last check went to a live pull instance, which took it (``last_checked_at``)
+    and, the half being claimed again, never answered: UNKNOWN, in pull mode's words."""
+    if record.check_client_id is None or record.last_checked_at is None:
+        return False
+    instance = next((i for i in live if i.client_id == record.check_client_id), None)
+    return instance is not None and not instance.push
 
 
 def choose_instance(
@@ -193,11 +216,18 @@ class CheckBack:
         if not live[group]:
             tx.schedule_check(record.transaction_id, now + policy.interval_ms)
             report.skipped_no_producer.append(record.transaction_id)
+            no_one = CheckOutcome(None, failure=CheckFailure.NO_LIVE_INSTANCE)
+            self._trace_check(tx, record.msg_id, record, policy.broker_id, no_one, now)
             return
         request = check_request(record, half, record.check_times + 1)
         if record.check_pending_pull:  # its last assignment was never taken: it reached nobody
             error = f"{record.check_client_id}: a pull check not taken within an interval"
             self._note_undelivered(tx, request, error, now, report)
+            not_taken = CheckOutcome("pull", failure=CheckFailure.TIMEOUT, error=error)
+            self._trace_check(tx, record.msg_id, record, record.check_client_id, not_taken, now)
+        elif _pulled_unanswered(record, live[group]):
+            silent = CheckOutcome("pull", answer="UNKNOWN", error="no answer within an interval")
+            self._trace_check(tx, record.msg_id, record, record.check_client_id, silent, now)
         self._dispatch(tx, request, live[group], now, report)
 
     def _dispatch(
@@ -218,6 +248,9 @@ class CheckBack:
                 f"{i.client_id}: {i.last_error}" for i in instances
             )
             self._note_undelivered(tx, request, error, now, report)
+            aside = CheckOutcome(None, failure=CheckFailure.NO_REACHABLE_INSTANCE, error=error)
+            uncounted = replace(request, check_times=request.check_times - 1)
+            self._trace_check(tx, request.msg_id, uncounted, policy.broker_id, aside, now)
             return
         instance = choose_instance(reachable, request.topic, self._turns[group])
         self._turns[group] += 1
@@ -245,6 +278,23 @@ class CheckBack:
             report.overdue.append(
                 Overdue(request.transaction_id, request.producer_group, since, error)
             )
+
+    def _trace_check(
+        self,
+        tx: StoreTx,
+        msg_id: str,
+        counted: TransactionRecord | CheckRequest,
+        instance: str | None,
+        outcome: CheckOutcome,
+        now: int,
+    ) -> None:
+        """The ``CHECKED`` event of one check, by the instance it went to (the broker when it
+        went to no one); ``counted``'s ``check_times`` is the count the detail shows."""
+        if not self.policy.trace:
+            return
+        detail = outcome.detail(counted.transaction_id, counted.check_times)
+        by = instance or self.policy.broker_id
+        tx.add_trace(msg_id, CHECKED, by, now, orjson.dumps(detail).decode())
 
     def _discard(
         self,
@@ -289,33 +339,39 @@ class CheckBack:
 
     # -- what became of a push ------------------------------------------------------------------
 
-    def delivered(
-        self, transaction_id: str, *, error: str | None = None, decided: bool = False
-    ) -> Callable[[StoreTx], None]:
-        """The producer received the check: count it.  Unless its answer decided the transaction
-        (the caller resolves it next), check again an interval later; a DISCARDED half that an
-        operator had checked stays parked."""
+    def delivered(self, check: PushCheck, outcome: CheckOutcome) -> Callable[[StoreTx], None]:
+        """The producer received the check: count it, and trace what it answered (or why it did
+        not).  Unless its answer decided the transaction (the caller resolves it next), check
+        again an interval later; a DISCARDED half that an operator had checked stays parked."""
+        request = check.request
+        transaction_id = request.transaction_id
+        error = None if outcome.error is None else outcome.error[:_ERROR_MAX]
 
         def unit(tx: StoreTx) -> None:
             now = self.clock()
-            tx.count_check(transaction_id, now, None if error is None else error[:_ERROR_MAX])
-            if not decided:
+            tx.count_check(transaction_id, now, None if outcome.answer else error)
+            self._trace_check(tx, request.msg_id, request, check.instance.client_id, outcome, now)
+            if outcome.answer not in _DECISIONS:
                 tx.finish_check(transaction_id, now + self.policy.interval_ms)
 
         return unit
 
     def undelivered(
-        self, check: PushCheck, error: str, *, set_aside: bool = True
+        self, check: PushCheck, outcome: CheckOutcome, *, set_aside: bool = True
     ) -> Callable[[StoreTx], RoundReport]:
         """The check reached nobody: nothing is counted, the instance is kept aside for a while
         (unless ``set_aside`` is False: it is only busy, it answered other checks just now), and
         the check goes to another reachable live instance of the group now (the report's push or
         pull assignment) or, with none, the half waits a round."""
 
+        error = outcome.error or outcome.result
+
         def unit(tx: StoreTx) -> RoundReport:
             now, policy = self.clock(), self.policy
             instance, request = check.instance, check.request
             described = f"{instance.client_id}: {error}"[:_ERROR_MAX]
+            uncounted = replace(request, check_times=request.check_times - 1)
+            self._trace_check(tx, request.msg_id, uncounted, instance.client_id, outcome, now)
             if set_aside:
                 tx.mark_unreachable(
                     instance.producer_group,
@@ -346,8 +402,12 @@ class CheckBack:
 
     # -- operators --------------------------------------------------------------------------------
 
-    def check_now(self, transaction_id: str) -> Callable[[StoreTx], TransactionRecord]:
-        """An operator's "check again now", also for a DISCARDED half."""
+    def check_now(
+        self, transaction_id: str, actor: str | None = None
+    ) -> Callable[[StoreTx], TransactionRecord]:
+        """An operator's "check again now", also for a DISCARDED half (which it RESUMES).
+        ``actor``: the operator's access key with the ACL on.  The operator's action is always
+        traced (``OPERATOR_CHECK``, an audit record); ``RESUMED`` only with the ``trace`` setting."""
 
         def unit(tx: StoreTx) -> TransactionRecord:
             record = tx.get_transaction(transaction_id)
@@ -360,7 +420,17 @@ class CheckBack:
                     transaction_id=transaction_id,
                     state=record.state.value,
                 )
-            tx.force_check(transaction_id, self.clock())
+            now = self.clock()
+            tx.force_check(transaction_id, now)
+            by = actor or "operator"
+            before = {"transaction_id": transaction_id, "state": record.state.value}
+            tx.add_trace(record.msg_id, OPERATOR_CHECK, by, now, orjson.dumps(before).decode())
+            if record.state is TransactionState.DISCARDED and self.policy.trace:
+                resumed = {
+                    "transaction_id": transaction_id,
+                    "discard_reason": record.discard_reason,
+                }
+                tx.add_trace(record.msg_id, RESUMED, by, now, orjson.dumps(resumed).decode())
             refreshed = tx.get_transaction(transaction_id)
             assert refreshed is not None
             return refreshed

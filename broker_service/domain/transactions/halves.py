@@ -6,12 +6,19 @@
   store's guarantee that only one decision wins -- and, in the same unit of work, appends the op record
   to ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` and, on commit, the real message to its topic.
 * Repeating the decision that won answers the same; the opposite decision is a conflict.
+
+Who decided is read from the row (``resolved_by``, and ``check_client_id``: the instance a check
+went to), so a producer's commit writes nothing more.  Rarer decisions leave a trace event in their
+unit: an operator's (``OPERATOR_COMMIT``, ``OPERATOR_ROLLBACK``, with the access key), and a pull
+instance's answer to a check (``CHECKED``, with the time since it took the check).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import NamedTuple
+
+import orjson
 
 from broker_service.domain import names
 from broker_service.domain.errors import Conflict, NotFound, missing
@@ -32,6 +39,8 @@ from broker_service.domain.messages.model import (
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.ports import ResolveOutcome, StoreTx, TransactionUnit
 from broker_service.domain.transactions.model import (
+    CHECKED,
+    CheckOutcome,
     Decision,
     ResolvedBy,
     TransactionRecord,
@@ -57,6 +66,7 @@ class Resolution(NamedTuple):
     topic: str
     queue_id: int
     real_message: StoredMessage | PendingMessage | None = None
+    check_latency_ms: int | None = None  # a pull check's answer: since the instance took it
 
     @property
     def queue_offset(self) -> int | None:
@@ -155,10 +165,16 @@ class Transactions:
         producer_group: str | None,
         by: ResolvedBy,
         may_end: Callable[[TransactionRecord], None] | None = None,
+        *,
+        actor: str | None = None,
+        pull_answer: bool = False,
+        trace: bool = True,
     ) -> TransactionUnit[Resolution]:
         """``may_end``: the caller's own condition on the transaction (the ACL's need on its
         topic), checked once it is read; it raises a ``DomainError`` to refuse.  The unit names
-        the transaction it looks up, so that a store may read those of many commits at once."""
+        the transaction it looks up, so that a store may read those of many commits at once.
+        ``actor``: an operator's access key (ACL on); ``pull_answer``: a pull instance answering
+        its check, traced as ``CHECKED`` when ``trace``."""
 
         def unit(tx: StoreTx) -> Resolution:
             found = tx.transaction_with_half(transaction_id)
@@ -199,6 +215,11 @@ class Transactions:
             real = self._real_message(half, now) if decision is Decision.COMMIT else None
             if real is not None:
                 tx.append(real)
+            latency = None
+            if by is ResolvedBy.OPERATOR:
+                _trace_operator(tx, record, decision, actor, now)
+            elif pull_answer:
+                latency = _trace_pull_answer(tx, record, decision, now, trace)
             return Resolution(
                 transaction_id,
                 decision.final_state,
@@ -206,6 +227,7 @@ class Transactions:
                 record.topic,
                 record.real_queue_id,
                 real,
+                latency,
             )
 
         return TransactionUnit(unit, (transaction_id,))
@@ -280,6 +302,30 @@ class Transactions:
         else:
             deliver_at = None
         return self.sender.placed(message, deliver_at, level)
+
+
+def _trace_operator(
+    tx: StoreTx, record: TransactionRecord, decision: Decision, actor: str | None, now: int
+) -> None:
+    """An operator's decision, by its access key: an audit record, whatever the trace setting."""
+    detail = {"transaction_id": record.transaction_id, "state": record.state.value}
+    event = f"OPERATOR_{decision.value}"
+    tx.add_trace(record.msg_id, event, actor or "operator", now, orjson.dumps(detail).decode())
+
+
+def _trace_pull_answer(
+    tx: StoreTx, record: TransactionRecord, decision: Decision, now: int, trace: bool
+) -> int | None:
+    """The ``CHECKED`` event of a pull check answered by this commit or rollback; its latency
+    runs from when the instance took the check (``last_checked_at``)."""
+    taken = record.last_checked_at
+    latency = None if taken is None else max(0, now - taken)
+    if trace:
+        outcome = CheckOutcome("pull", answer=decision.value, latency_ms=latency)
+        detail = outcome.detail(record.transaction_id, record.check_times)
+        by = record.check_client_id or "check"
+        tx.add_trace(record.msg_id, CHECKED, by, now, orjson.dumps(detail).decode())
+    return latency
 
 
 def unknown_transaction(tx: StoreTx, transaction_id: str) -> NotFound:

@@ -13,6 +13,7 @@ from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.ports import Store, StoreTx
 from broker_service.domain.transactions.callbacks import CallbackPolicy
+from broker_service.domain.transactions.check_audit import check_audit
 from broker_service.domain.transactions.checkback import (
     CheckBack,
     CheckRequest,
@@ -26,6 +27,8 @@ from broker_service.domain.transactions.halves import (
     unknown_transaction,
 )
 from broker_service.domain.transactions.model import (
+    CheckAudit,
+    CheckOutcome,
     Decision,
     ProducerInstance,
     ResolvedBy,
@@ -72,8 +75,23 @@ class TransactionService:
         producer_group: str | None,
         by: ResolvedBy,
         may_end: Callable[[TransactionRecord], None] | None = None,
+        *,
+        actor: str | None = None,
+        pull_answer: bool = False,
     ) -> Resolution:
-        unit = self.transactions.resolve(transaction_id, decision, producer_group, by, may_end)
+        """``actor``: the operator's access key (ACL on); ``pull_answer``: a pull instance's
+        answer to its check (``from_check`` over REST), traced as its ``CHECKED`` event."""
+        trace = self.checkback.policy.trace
+        unit = self.transactions.resolve(
+            transaction_id,
+            decision,
+            producer_group,
+            by,
+            may_end,
+            actor=actor,
+            pull_answer=pull_answer,
+            trace=trace,
+        )
         return await self.store.write(unit)
 
     async def get_transaction(self, transaction_id: str) -> TransactionRecord:
@@ -83,6 +101,13 @@ class TransactionService:
                 raise unknown_transaction(tx, transaction_id)
             return record
 
+        return await self.store.read(unit)
+
+    async def checks(self, transaction_id: str) -> CheckAudit:
+        """The check audit of one transaction: its checks, oldest first, and why the next round
+        will or will not check it (404 ``TRANSACTION_NOT_FOUND`` / ``TRANSACTION_EXPIRED``)."""
+        timeout_ms = self.transactions.sender.config.transaction_timeout_ms
+        unit = check_audit(transaction_id, self.checkback.policy, timeout_ms, self.clock())
         return await self.store.read(unit)
 
     async def list_transactions(
@@ -134,25 +159,23 @@ class TransactionService:
         """The scheduler's round: claim up to ``limit`` due halves and decide for each."""
         return await self.store.write(self.checkback.claim_round(limit))
 
-    async def check_received(
-        self, transaction_id: str, *, error: str | None = None, decided: bool = False
-    ) -> None:
+    async def check_received(self, check: PushCheck, outcome: CheckOutcome) -> None:
         """A push check reached its instance (see :meth:`CheckBack.delivered`)."""
-        await self.store.write(
-            self.checkback.delivered(transaction_id, error=error, decided=decided)
-        )
+        await self.store.write(self.checkback.delivered(check, outcome))
 
     async def check_undelivered(
-        self, check: PushCheck, error: str, *, set_aside: bool = True
+        self, check: PushCheck, outcome: CheckOutcome, *, set_aside: bool = True
     ) -> RoundReport:
         """A push check reached nobody (see :meth:`CheckBack.undelivered`)."""
-        return await self.store.write(self.checkback.undelivered(check, error, set_aside=set_aside))
+        unit = self.checkback.undelivered(check, outcome, set_aside=set_aside)
+        return await self.store.write(unit)
 
     async def pull_checks(self, group: str, client_id: str, limit: int) -> list[CheckRequest]:
         return await self.store.write(self.checkback.take_pull_checks(group, client_id, limit))
 
-    async def check_now(self, transaction_id: str) -> TransactionRecord:
-        return await self.store.write(self.checkback.check_now(transaction_id))
+    async def check_now(self, transaction_id: str, actor: str | None = None) -> TransactionRecord:
+        """An operator's "check again now"; ``actor``: its access key (ACL on)."""
+        return await self.store.write(self.checkback.check_now(transaction_id, actor))
 
     async def pending_by_age(self, ages_ms: Sequence[int]) -> dict[int, int]:
         now = self.clock()

@@ -421,3 +421,13 @@ async def test_a_batch_of_bodies_alone_goes_as_columns_and_any_other_message_by_
     assert calls == [("plain", 2), ("drafts", 2)]
     stored = await broker.client.get("/v1/messages", params={"topic": "t", "limit": 10})
     assert sorted(m["body"] for m in stored.json()["messages"]) == ["Yg==", "a", "a", "b"]
+
+
+def test_a_retransmit_in_another_trace_context_has_the_same_content() -> None:
+    from broker_service.domain.messages.model import MessageDraft
+
+    first = MessageDraft(b"100", properties={"source": "web", "traceparent": "00-aa-01-01"})
+    again = first._replace(properties={"source": "web", "traceparent": "00-bb-02-01"})
+    changed = first._replace(properties={"source": "app", "traceparent": "00-aa-01-01"})
+    assert first.content_hash("t") == again.content_hash("t")
+    assert first.content_hash("t") != changed.content_hash("t")  # the rest still counts

@@ -1,0 +1,154 @@
+"""Producer groups (live instances, last heartbeat, callback or pull) and consumer groups
+(members, lag per topic and queue, retries and dead letters, offset reset, the DLQ and resend).
+
+The store keeps no list of producer groups: their index lists the groups of recent halves, and
+opens any other by its name.  The consumer groups' index is every group's backlog at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+from fastapi import Query, Request, Response
+
+from broker_service.api.params import GroupName, GroupQuery
+from broker_service.console import views
+from broker_service.console.routes.common import back_to, router
+from broker_service.console.web import checked_form, console_of, form_list, render, who
+from broker_service.domain.audit.model import AuditResult
+from broker_service.domain.consumers.service import ConsumerService
+from broker_service.domain.errors import DomainError, InvalidRequest
+from broker_service.domain.transactions.service import TransactionService
+from broker_service.logs import redact
+
+
+def _consumers(request: Request) -> ConsumerService:
+    service: ConsumerService = request.app.state.consumers
+    return service
+
+
+@router.get("/producer-groups")
+async def producer_groups(request: Request, group: GroupQuery = None) -> Response:
+    if group:
+        return back_to(f"/console/producer-groups/{group}")
+    service: TransactionService = request.app.state.transactions
+    recent = await service.list_transactions(None, None, None, 1000)
+    known = sorted({r.producer_group for r in recent})
+    return render(request, "producer_groups.html", groups=known)
+
+
+@router.get("/producer-groups/{group}")
+async def producer_group(group: GroupName, request: Request) -> Response:
+    service: TransactionService = request.app.state.transactions
+    instances = await service.producer_group(group)
+    policy = service.checkback.policy
+    now = service.clock()
+    rows = [
+        {
+            "client_id": i.client_id,
+            "mode": "callback" if i.push else "pull",
+            "callback_url": redact(i.callback_url) if i.callback_url else None,
+            "last_heartbeat_at": i.last_heartbeat_at,
+            "live": now - i.last_heartbeat_at < policy.producer_expiry_ms,
+            "reachable": i.reachable(now),
+            "last_error": redact(i.last_error) if i.last_error else None,
+            "topics": ", ".join(i.topics),
+        }
+        for i in instances
+    ]
+    return render(request, "producer_group.html", group=group, instances=rows)
+
+
+@router.get("/consumer-groups")
+async def consumer_groups(request: Request, group: GroupQuery = None) -> Response:
+    if group:
+        return back_to(f"/console/consumer-groups/{group}")
+    backlog = await _consumers(request).backlog()
+    known = set(backlog.dead) | {lag.group for lag in backlog.lags}
+    lags: dict[str, int] = {}
+    for lag in backlog.lags:
+        lags[lag.group] = lags.get(lag.group, 0) + lag.messages
+    rows = [
+        (g, lags.get(g), backlog.retrying.get(g, 0), backlog.dead.get(g, 0)) for g in sorted(known)
+    ]
+    return render(request, "consumer_groups.html", groups=rows)
+
+
+@router.get("/consumer-groups/{group}")
+async def consumer_group(group: GroupName, request: Request) -> Response:
+    view = await _consumers(request).view(group)
+    rows = views.lag_rows(view)
+    audit = await console_of(request).auditor.entries(f"consumer-group:{group}", limit=20)
+    return render(
+        request,
+        "consumer_group.html",
+        group=group,
+        view=view,
+        rows=rows,
+        total_lag=views.total_lag(rows),
+        audit=audit,
+    )
+
+
+def _timestamp(text: str) -> int:
+    """An HTML datetime-local value (UTC, as the page says) or RFC 3339, in ms."""
+    try:
+        at = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(
+            f"timestamp {text!r} is not a date and time", code="INVALID_TIMESTAMP"
+        ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=dt.UTC)
+    return int(at.timestamp() * 1000)
+
+
+@router.post("/consumer-groups/{group}/reset-offset")
+async def reset_offset(group: GroupName, request: Request) -> Response:
+    form = await checked_form(request)
+    subject = f"consumer-group:{group}"
+    topic = form.get("topic", "")
+    detail: dict[str, object] = {"topic": topic, "timestamp": form.get("timestamp", "")}
+    auditor = console_of(request).auditor
+    try:
+        reset = await _consumers(request).reset_offset(
+            group, topic, _timestamp(form.get("timestamp", ""))
+        )
+    except DomainError as error:
+        detail |= {"code": error.code, "message": error.message}
+        await auditor.record(who(request), "reset_offset", subject, AuditResult.FAILED, detail)
+        return back_to(f"/console/consumer-groups/{group}")
+    detail["offsets"] = {str(q): o for q, o in reset.offsets.items()}
+    await auditor.record(who(request), "reset_offset", subject, AuditResult.OK, detail)
+    return back_to(f"/console/consumer-groups/{group}")
+
+
+@router.get("/consumer-groups/{group}/dlq")
+async def dead_letters(
+    group: GroupName, request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> Response:
+    dead = await _consumers(request).dead_messages(group, limit)
+    audit = await console_of(request).auditor.entries(f"consumer-group:{group}", limit=20)
+    return render(request, "dlq.html", group=group, dead=dead, audit=audit)
+
+
+@router.post("/consumer-groups/{group}/dlq/resend")
+async def resend(group: GroupName, request: Request) -> Response:
+    await checked_form(request)
+    chosen = form_list(await request.form(), "msg_id")[:1000]
+    subject = f"consumer-group:{group}"
+    auditor = console_of(request).auditor
+    for msg_id in chosen:
+        try:
+            await _consumers(request).resend(group, msg_id)
+        except DomainError as error:
+            detail = {"msg_id": msg_id, "code": error.code, "message": error.message}
+            await auditor.record(
+                who(request), "resend_dead_letter", subject, AuditResult.FAILED, detail
+            )
+            continue
+        await auditor.record(
+            who(request), "resend_dead_letter", subject, AuditResult.OK, {"msg_id": msg_id}
+        )
+    return back_to(f"/console/consumer-groups/{group}/dlq")

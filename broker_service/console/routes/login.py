@@ -1,0 +1,112 @@
+"""Signing in and out, and the console's static files (public: the login page needs them)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import mimetypes
+from typing import Annotated
+
+from fastapi import Path, Request, Response
+from fastapi.responses import RedirectResponse
+
+from broker_service.acl.decide import authorize
+from broker_service.acl.errors import AclError
+from broker_service.console.routes.common import back_to, router
+from broker_service.console.web import (
+    address_of,
+    checked_form,
+    console_of,
+    render,
+    session_of,
+    set_session,
+    static_file,
+)
+from broker_service.domain.audit.model import AuditResult
+from broker_service.domain.errors import NotFound
+
+_DUMMY_SECRET = "x" * 32  # compared against when the access key is unknown: the same work
+
+
+def _safe_next(value: str | None) -> str:
+    """Only a console path (no scheme, no host, no //): never an open redirect."""
+    if value and value.startswith("/console") and "//" not in value and "\\" not in value:
+        return value
+    return "/console"
+
+
+@router.get("/login")
+async def login_page(request: Request, next: str | None = None) -> Response:
+    if console_of(request).acl is None:
+        return RedirectResponse("/console", status_code=303)
+    return render(request, "login.html", next=_safe_next(next), failure=None)
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    console = console_of(request)
+    if console.acl is None:
+        return RedirectResponse("/console", status_code=303)
+    address = address_of(request)
+    wait = console.throttle.wait_for(address)
+    if wait > 0:
+        failure = f"too many failed sign-ins from {address}: try again in {int(wait) + 1} s"
+        return render(request, "login.html", 429, next="/console", failure=failure)
+    form = await checked_form(request)
+    access_key = form.get("access_key", "")
+    secret_key = form.get("secret_key", "")
+    config = console.acl.config
+    account = config.account(access_key)
+    expected = account.secret_key if account is not None else _DUMMY_SECRET
+    matches = hmac.compare_digest(secret_key.encode(), expected.encode())
+    reason = "ok"
+    if account is None or not matches:
+        reason = "SECRET_WRONG"
+    else:
+        try:
+            authorize(config, access_key, address, [])  # the white lists, as for its requests
+        except AclError as error:
+            reason = str(error.code)
+    if reason != "ok" or account is None:
+        console.throttle.failed(address)
+        await asyncio.sleep(console.throttle.delay)
+        known = access_key if account is not None else "unknown"
+        await console.auditor.record(
+            known, "login", "console", AuditResult.REFUSED, {"code": reason, "address": address}
+        )
+        failure = "the access key or the secret key is wrong, or not allowed from here"
+        return render(
+            request, "login.html", 401, next=_safe_next(form.get("next")), failure=failure
+        )
+    console.throttle.succeeded(address)
+    await console.auditor.record(
+        access_key, "login", "console", AuditResult.OK, {"address": address}
+    )
+    response = back_to(_safe_next(form.get("next")))
+    set_session(request, response, console.signer.new(access_key, account.secret_key))
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    await checked_form(request)
+    console = console_of(request)
+    session = session_of(request)
+    who = session.access_key if session is not None else None
+    await console.auditor.record(who, "logout", "console", AuditResult.OK)
+    response = back_to("/console/login")
+    set_session(request, response, console.signer.new())  # anonymous again
+    return response
+
+
+@router.get("/static/{name}")
+async def static(name: Annotated[str, Path(max_length=64)]) -> Response:
+    content = static_file(name)
+    if content is None:
+        raise NotFound(f"no console file {name!r}", code="NOT_FOUND")
+    media = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return Response(
+        content,
+        media_type=media,
+        headers={"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"},
+    )

@@ -1,0 +1,155 @@
+"""Transactions: the list (by state, producer group, age) and a page per transaction with the
+operator's Commit, Rollback, Check now and Resume checks, each audited on that page."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from fastapi import Query, Request, Response
+
+from broker_service.api.params import GroupQuery, IdPath
+from broker_service.console import views
+from broker_service.console.routes.common import back_to, router
+from broker_service.console.web import actor_of, checked_form, console_of, is_admin, render, who
+from broker_service.domain.audit.model import AuditResult
+from broker_service.domain.consumers.service import ConsumerService
+from broker_service.domain.errors import DomainError
+from broker_service.domain.transactions.model import (
+    Decision,
+    ResolvedBy,
+    TransactionRecord,
+    TransactionState,
+)
+from broker_service.domain.transactions.service import TransactionService
+from broker_service.metrics import BrokerMetrics
+
+States = Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"]
+
+
+def _service(request: Request) -> TransactionService:
+    service: TransactionService = request.app.state.transactions
+    return service
+
+
+def subject_of(transaction_id: str) -> str:
+    return f"transaction:{transaction_id}"
+
+
+@router.get("/transactions")
+async def transactions(
+    request: Request,
+    state: States | Literal[""] | None = "PREPARED",
+    producer_group: GroupQuery = None,
+    older_than_seconds: Annotated[float | None, Query(ge=0, le=10**9)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    records = await _service(request).list_transactions(
+        TransactionState(state) if state else None,
+        producer_group or None,
+        older_than_seconds,
+        limit,
+    )
+    filters = {
+        "state": state or "",
+        "producer_group": producer_group or "",
+        "older_than_seconds": older_than_seconds,
+        "limit": limit,
+    }
+    return render(request, "transactions.html", records=records, filters=filters)
+
+
+@router.get("/transactions/{transaction_id}")
+async def transaction(transaction_id: IdPath, request: Request) -> Response:
+    service = _service(request)
+    record = await service.get_transaction(transaction_id)
+    trace = None  # the message's trace is an admin's to read, as GET /v1/messages/{id}/trace
+    if is_admin(request):
+        consumers: ConsumerService = request.app.state.consumers
+        try:
+            trace = await consumers.trace(record.msg_id)
+        except DomainError:
+            trace = []
+    audit = await console_of(request).auditor.entries(subject_of(transaction_id))
+    return render(
+        request,
+        "transaction.html",
+        t=record,
+        trace=trace,
+        checks=await service.checks(transaction_id),
+        audit=audit,
+        actions=_actions(record) if is_admin(request) else [],
+    )
+
+
+def _actions(record: TransactionRecord) -> list[tuple[str, str, str]]:
+    """The buttons an admin sees: (path segment, label, what the confirmation asks)."""
+    if record.state is TransactionState.PREPARED:
+        return [
+            ("commit", "Commit", "Commit this transaction? Its message goes to consumers."),
+            ("rollback", "Rollback", "Roll this transaction back? Its message is never sent."),
+            ("check", "Check now", "Ask a producer instance about this transaction now?"),
+        ]
+    if record.state is TransactionState.DISCARDED:
+        return [
+            ("check", "Resume checks", "Resume checks of this discarded half?"),
+            ("commit", "Commit", "Commit this discarded half? Its message goes to consumers."),
+            ("rollback", "Rollback", "Roll this discarded half back?"),
+        ]
+    return []
+
+
+async def _resolve(request: Request, transaction_id: str, decision: Decision) -> Response:
+    await checked_form(request)
+    action = decision.value.lower()
+    auditor = console_of(request).auditor
+    subject = subject_of(transaction_id)
+    try:
+        resolution = await _service(request).resolve(
+            transaction_id, decision, None, ResolvedBy.OPERATOR, actor=actor_of(request)
+        )
+    except DomainError as error:
+        detail = {"code": error.code, "message": error.message}
+        await auditor.record(who(request), action, subject, AuditResult.FAILED, detail)
+        return back_to(f"/console/transactions/{transaction_id}")
+    metrics: BrokerMetrics = request.app.state.metrics
+    by = ResolvedBy.OPERATOR.value
+    metrics.resolutions.labels(state=resolution.state.value, by=by).inc()
+    detail = {"state": resolution.state.value}
+    await auditor.record(who(request), action, subject, AuditResult.OK, detail)
+    return back_to(f"/console/transactions/{transaction_id}")
+
+
+@router.post("/transactions/{transaction_id}/commit")
+async def commit(transaction_id: IdPath, request: Request) -> Response:
+    return await _resolve(request, transaction_id, Decision.COMMIT)
+
+
+@router.post("/transactions/{transaction_id}/rollback")
+async def rollback(transaction_id: IdPath, request: Request) -> Response:
+    return await _resolve(request, transaction_id, Decision.ROLLBACK)
+
+
+@router.post("/transactions/{transaction_id}/check")
+async def check(transaction_id: IdPath, request: Request) -> Response:
+    """Check now; for a DISCARDED half the same call resumes its checks (audited as such)."""
+    await checked_form(request)
+    service = _service(request)
+    auditor = console_of(request).auditor
+    subject = subject_of(transaction_id)
+    action = "check_now"
+    try:
+        before = await service.get_transaction(transaction_id)
+        if before.state is TransactionState.DISCARDED:
+            action = "resume_checks"
+        after = await service.check_now(transaction_id, actor_of(request))
+    except DomainError as error:
+        failed = {"code": error.code, "message": error.message}
+        await auditor.record(who(request), action, subject, AuditResult.FAILED, failed)
+        return back_to(f"/console/transactions/{transaction_id}")
+    wake: Callable[[], None] | None = request.app.state.wake_checks
+    if wake is not None:
+        wake()
+    detail = {"state": after.state.value, "next_check_at": views.rfc3339(after.next_check_at)}
+    await auditor.record(who(request), action, subject, AuditResult.OK, detail)
+    return back_to(f"/console/transactions/{transaction_id}")

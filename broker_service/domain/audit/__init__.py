@@ -1,0 +1,1 @@
+"""The audit log: what operators did through the console, who, when, and how it ended."""

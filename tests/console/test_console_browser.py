@@ -1,0 +1,173 @@
+"""The console in Debian's chromium (Playwright, sync API) against a real broker process with
+the ACL on: sign in, commit a PREPARED half by its button, check one now and see CHECKED on its
+timeline, resend a dead letter; an account without admin sees no buttons and is refused when it
+posts anyway; a post without its CSRF token is refused.  Every page is photographed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from framework.signing import HalfmqAuth
+from tests.console.conftest import OPERATOR, TELLER, Scene, csrf_of
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    opened.on("dialog", lambda dialog: dialog.accept())  # every action asks first: yes
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+def sign_in(page: Any, scene: Scene, key: str, secret: str, shot: str | None = None) -> None:
+    page.goto(f"{scene.broker.url}/console")
+    assert "/console/login" in page.url  # no session: the login page, nothing else shown
+    page.fill("#access_key", key)
+    page.fill("#secret_key", secret)
+    if shot:
+        page.screenshot(path=str(scene.shots / shot), full_page=True)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{scene.broker.url}/console")
+    assert page.text_content("#who") == key
+
+
+def _state(scene: Scene, transaction_id: str) -> str:
+    """The transaction's state as the REST API tells it."""
+    auth = HalfmqAuth(OPERATOR)
+    with httpx.Client(base_url=scene.broker.url, auth=auth, timeout=10) as client:
+        state: str = client.get(f"/v1/transactions/{transaction_id}").json()["state"]
+        return state
+
+
+def test_admin_commits_a_prepared_half_by_its_button(scene: Scene, page: Any) -> None:
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key, shot="login.png")
+    page.screenshot(path=str(scene.shots / "overview.png"), full_page=True)
+    assert page.text_content("#pending-total") == "3"
+    page.click("text=Transactions")
+    half = scene.halves[0]
+    assert page.is_visible(f"text={half}")
+    page.screenshot(path=str(scene.shots / "transactions.png"), full_page=True)
+    page.click(f"text={half}")
+    assert page.text_content("#state") == "PREPARED"
+    page.screenshot(path=str(scene.shots / "transaction-prepared.png"), full_page=True)
+    page.click("#action-commit")  # confirmed by the dialog handler
+    page.wait_for_selector("#state:has-text('COMMITTED')")
+    assert _state(scene, half) == "COMMITTED"
+    row = page.locator("table.audit tbody tr").first
+    assert "operator-key" in row.inner_text()
+    assert "commit" in row.inner_text()
+    assert "ok" in row.inner_text()
+    assert page.locator("#actions").count() == 0  # nothing left to do
+    page.screenshot(path=str(scene.shots / "transaction-committed.png"), full_page=True)
+
+
+def test_check_now_puts_checked_on_the_timeline(scene: Scene, page: Any) -> None:
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+    half = scene.halves[1]
+    page.goto(f"{scene.broker.url}/console/transactions/{half}")
+    page.click("#action-check-now")
+    page.wait_for_url(f"{scene.broker.url}/console/transactions/{half}")
+    assert "check_now" in page.locator("table.audit tbody tr").first.inner_text()
+
+    def checked() -> bool:
+        page.reload()
+        return page.locator("#timeline li.CHECKED").count() > 0
+
+    wait_until(checked, 15, "a CHECKED event on the timeline")
+    text = page.locator("#timeline li.CHECKED").first.inner_text()
+    assert "no_live_instance" in text  # no producer instance of bob-bank is alive
+    assert page.locator("#checks tbody tr").count() >= 1
+    page.screenshot(path=str(scene.shots / "transaction-checked.png"), full_page=True)
+    page.click("dl.facts a >> nth=0")  # its message
+    page.wait_for_selector("#timeline")
+    assert page.locator("#timeline li.HALF_STORED").count() == 1
+    page.screenshot(path=str(scene.shots / "message-trace.png"), full_page=True)
+
+
+def test_resend_a_dead_letter(scene: Scene, page: Any) -> None:
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+    page.click("text=Consumer groups")
+    page.click("a[href='/console/consumer-groups/smith-bank']")
+    assert page.text_content("#total-lag") is not None
+    page.screenshot(path=str(scene.shots / "consumer-group.png"), full_page=True)
+    page.goto(f"{scene.broker.url}/console/consumer-groups/smith-bank/dlq")
+    page.check(f"input[name=msg_id][value='{scene.dead_msg_id}']")
+    page.screenshot(path=str(scene.shots / "dlq.png"), full_page=True)
+    page.click("#resend-selected")
+    page.wait_for_selector("table.audit tbody tr")
+    row = page.locator("table.audit tbody tr").first.inner_text()
+    assert "resend_dead_letter" in row
+    assert "ok" in row
+    assert scene.dead_msg_id in row
+    assert page.locator("td.resent").first.inner_text() != "-"
+
+
+def test_an_account_without_admin_sees_no_buttons_and_is_refused(scene: Scene, page: Any) -> None:
+    sign_in(page, scene, TELLER.access_key, TELLER.secret_key)
+    half = scene.halves[2]
+    page.goto(f"{scene.broker.url}/console/transactions/{half}")  # PUB on bob-bank: it may look
+    assert page.text_content("#state") == "PREPARED"
+    assert page.locator("#actions button").count() == 0
+    assert page.is_visible("#no-actions")
+    assert page.locator("#timeline").count() == 0  # the trace is an admin's, as over REST
+    page.screenshot(path=str(scene.shots / "transaction-no-admin.png"), full_page=True)
+    # Posting anyway, with its own session and CSRF token: refused, nothing done.
+    token = csrf_of(page.content())
+    refused = page.request.post(
+        f"{scene.broker.url}/console/transactions/{half}/commit", form={"csrf_token": token}
+    )
+    assert refused.status == 403
+    assert refused.json()["error"]["code"] == "PERMISSION_DENIED"
+    assert _state(scene, half) == "PREPARED"
+    # An admin page is refused too.
+    assert page.request.get(f"{scene.broker.url}/console/topics").status == 403
+
+
+def test_a_post_without_its_csrf_token_is_refused(scene: Scene, page: Any) -> None:
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+    half = scene.halves[2]
+    url = f"{scene.broker.url}/console/transactions/{half}/rollback"
+    for form in ({}, {"csrf_token": "forged"}):
+        refused = page.request.post(url, form=form)
+        assert refused.status == 403
+        assert refused.json()["error"]["code"] == "CSRF_INVALID"
+    assert _state(scene, half) == "PREPARED"
+    page.goto(f"{scene.broker.url}/console/audit")
+    entries = page.locator("table.audit tbody").inner_text()
+    assert "CSRF_INVALID" in entries
+    assert "PERMISSION_DENIED" in entries
+    page.screenshot(path=str(scene.shots / "audit.png"), full_page=True)
+
+
+def test_the_other_pages_render(scene: Scene, page: Any) -> None:
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+    base = scene.broker.url
+    for path, shot, marker in (
+        ("/console/topics", "topics.png", "transfers"),
+        ("/console/producer-groups", "producer-groups.png", "bob-bank"),
+        ("/console/producer-groups/bob-bank", "producer-group.png", "No instance"),
+        ("/console/messages?topic=transfers&key=transfer-0", "messages.png", "transfer-0"),
+        ("/console/reconciliation", "reconciliation.png", "2026-11-24"),
+    ):
+        page.goto(base + path)
+        assert marker in page.content(), path
+        page.screenshot(path=str(scene.shots / shot), full_page=True)
+    page.goto(base + "/console/reconciliation/date=2026-11-24")
+    assert "Report 2026-11-24" in page.content()
+
+
+def test_no_secret_reaches_the_broker_log(scene: Scene) -> None:
+    log = scene.broker.log_path.read_text()
+    assert "broker ready" in log
+    for secret in (OPERATOR.secret_key, TELLER.secret_key, "a-test-session-secret"):
+        assert secret not in log

@@ -1,0 +1,217 @@
+"""The console's pages over HTTP in process, on both stores: every page renders, an action goes
+through its CSRF-checked form into the audit log; the session cookie, the login's throttle, and
+the gate's rule that on /console only a session counts."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from broker_service.console.reports import read_reports, report_html
+from broker_service.console.sessions import COOKIE, Session, SessionSigner, session_key
+from framework.signing import HalfmqAuth
+from tests.console.conftest import ACL, OPERATOR, _reports, csrf_of
+from tests.support import BrokerApp
+
+
+async def _half(broker: BrokerApp, n: int = 0) -> dict[str, str]:
+    body = {"topic": "transfers", "producer_group": "bob-bank", "body": f"debit {n}"}
+    response = await broker.client.post("/v1/transactions", json=body)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def test_every_page_renders_and_an_action_is_audited(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    _reports(tmp_path / "reports")
+    async with BrokerApp.start(
+        database_url=migrated_url, scheduler=False, console_reports_dir=tmp_path / "reports"
+    ) as broker:
+        await broker.topic("transfers", 2)
+        half = await _half(broker)
+        client = broker.client
+        txid, msg_id = half["transaction_id"], half["msg_id"]
+        pages = {
+            "/console": "Pending halves by age",
+            "/console/topics": "transfers",
+            "/console/transactions": txid,
+            f"/console/transactions/{txid}": "PREPARED",
+            "/console/producer-groups": "bob-bank",
+            "/console/producer-groups/bob-bank": "No instance",
+            "/console/consumer-groups": "Consumer groups",
+            "/console/messages": "Search",
+            f"/console/messages/{msg_id}": "HALF_STORED",
+            "/console/reconciliation": "2026-11-24",
+            "/console/reconciliation/date=2026-11-23": "Report 2026-11-23",
+            "/console/audit": "Audit log",
+        }
+        for path, marker in pages.items():
+            response = await client.get(path)
+            assert response.status_code == 200, (path, response.text[:300])
+            assert marker in response.text, path
+        open_page = (await client.get("/console")).text
+        assert 'id="acl-off"' in open_page  # the ACL is off: the page says the console is open
+        # Bad input is a page saying so, never a 500.
+        assert (await client.get("/console/transactions/nope")).status_code == 404
+        assert (await client.get("/console/transactions?limit=0")).status_code == 422
+        assert (await client.get("/console/reconciliation/%2E%2E")).status_code == 404
+        assert (await client.get("/console/consumer-groups/missing")).status_code == 404
+        # Commit through the form: its CSRF token, then the audit log on the page.
+        page = (await client.get(f"/console/transactions/{txid}")).text
+        done = await client.post(
+            f"/console/transactions/{txid}/commit", data={"csrf_token": csrf_of(page)}
+        )
+        assert done.status_code == 303
+        after = (await client.get(f"/console/transactions/{txid}")).text
+        assert 'id="state">COMMITTED' in after
+        audit_row = re.search(r'<table class="audit">.*?</table>', after, re.S)
+        assert audit_row is not None
+        assert "anonymous" in audit_row.group(0)
+        assert ">commit<" in audit_row.group(0)
+        metrics = (await client.get("/metrics")).text
+        assert 'halfmq_audit_actions_total{action="commit",result="ok"} 1.0' in metrics
+
+
+async def test_a_discarded_half_offers_resume_checks(migrated_url: str) -> None:
+    async with BrokerApp.start(
+        database_url=migrated_url, scheduler=False, transaction_timeout_seconds=0
+    ) as broker:
+        await broker.topic("transfers", 2)
+        txid = (await _half(broker))["transaction_id"]
+        assert (await broker.client.delete("/v1/topics/transfers")).status_code in (200, 204)
+        await broker.state.transactions.claim_round(10)  # its topic is gone: DISCARDED
+        page = (await broker.client.get(f"/console/transactions/{txid}")).text
+        assert 'id="state">DISCARDED' in page
+        assert ">Resume checks<" in page
+        resumed = await broker.client.post(
+            f"/console/transactions/{txid}/check", data={"csrf_token": csrf_of(page)}
+        )
+        assert resumed.status_code == 303
+        after = (await broker.client.get(f"/console/transactions/{txid}")).text
+        assert ">resume_checks<" in after  # checked in the next round (its state stays until then)
+        assert "next_check_at=20" in after
+        assert ">ok<" in after
+
+
+async def test_the_console_setting_turns_it_off(sqlite_url: str) -> None:
+    async with BrokerApp.start(database_url=sqlite_url, console=False) as broker:
+        assert (await broker.client.get("/console")).status_code == 404
+
+
+def test_a_session_cookie_cannot_be_forged_extended_or_reused_for_csrf() -> None:
+    signer = SessionSigner(session_key("secret"), 3600)
+    session = signer.new("operator-key", "operator-secret")
+    value = signer.dump(session)
+    assert signer.load(value) == session
+    payload, mac = value.split(".")
+    assert signer.load(payload + "." + "0" * len(mac)) is None  # forged
+    assert signer.load(value[:-1]) is None
+    other = SessionSigner(session_key("another secret"), 3600)
+    assert other.load(value) is None  # another broker's key
+    expired = Session("operator-key", "s", int(time.time() * 1000) - 1, session.binding)
+    assert signer.load(signer.dump(expired)) is None
+    token = signer.csrf_token(session)
+    assert signer.csrf_ok(session, token)
+    assert not signer.csrf_ok(signer.new("operator-key", "operator-secret"), token)
+    assert not signer.csrf_ok(session, "")
+    assert "operator-secret" not in value
+    assert session_key(None) != session_key(None)  # unset: a random key per process
+
+
+@pytest.fixture
+def acl_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL)
+    return path
+
+
+async def _login(client: httpx.AsyncClient, key: str, secret: str) -> httpx.Response:
+    page = await client.get("/console/login")
+    form = {"csrf_token": csrf_of(page.text), "access_key": key, "secret_key": secret}
+    return await client.post("/console/login", data=form)
+
+
+async def test_login_sets_a_strict_http_only_cookie_and_never_shows_a_secret(
+    migrated_url: str, acl_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
+        client = broker.client
+        assert (await client.get("/console")).status_code == 303  # not signed in
+        wrong = await _login(client, OPERATOR.access_key, "not-the-secret")
+        assert wrong.status_code == 401
+        assert "not-the-secret" not in wrong.text
+        signed = await _login(client, OPERATOR.access_key, OPERATOR.secret_key)
+        assert signed.status_code == 303
+        cookie = signed.headers["set-cookie"]
+        assert cookie.startswith(f"{COOKIE}=")
+        assert "HttpOnly" in cookie
+        assert "SameSite=strict" in cookie
+        assert "Path=/console" in cookie
+        assert "Max-Age=" in cookie
+        assert "Secure" not in cookie  # plain HTTP here; Secure over TLS
+        overview = await client.get("/console")
+        assert overview.status_code == 200
+        assert "operator-key" in overview.text
+        for response in (wrong, signed, overview):
+            assert OPERATOR.secret_key not in response.text
+            assert OPERATOR.secret_key not in str(response.headers)
+        assert OPERATOR.secret_key not in caplog.text
+        assert "not-the-secret" not in caplog.text
+
+
+async def test_failed_logins_from_one_address_are_slowed_then_refused(
+    migrated_url: str, acl_file: Path
+) -> None:
+    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
+        started = time.monotonic()
+        for _ in range(5):
+            assert (await _login(broker.client, "operator-key", "guess")).status_code == 401
+        assert time.monotonic() - started >= 5 * 0.25  # each failure waits
+        refused = await _login(broker.client, OPERATOR.access_key, OPERATOR.secret_key)
+        assert refused.status_code == 429  # even the right secret, until the window passes
+        assert "try again in" in refused.text
+
+
+async def test_on_console_paths_only_a_session_counts_not_a_signature(
+    migrated_url: str, acl_file: Path
+) -> None:
+    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
+        transport = httpx.ASGITransport(app=broker.app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://broker", auth=HalfmqAuth(OPERATOR)
+        ) as signed:
+            assert (await signed.get("/v1/topics")).status_code == 200  # the API: signed is fine
+            response = await signed.get("/console/topics")
+            assert response.status_code == 303  # the console: sign in first
+            assert response.content == b""
+            posted = await signed.post("/console/topics", data={"name": "x"})
+            assert posted.status_code == 401
+            assert posted.json()["error"]["code"] == "SESSION_MISSING"
+        # And a session does not open the API.
+        await _login(broker.client, OPERATOR.access_key, OPERATOR.secret_key)
+        api = await broker.client.get("/v1/topics")
+        assert api.status_code == 401
+        assert api.json()["error"]["code"] == "SIGNATURE_MISSING"
+
+
+def test_reports_are_read_newest_first_and_only_by_plain_names(tmp_path: Path) -> None:
+    _reports(tmp_path)
+    (tmp_path / "date=2026-11-25").mkdir()  # a run that wrote nothing: not listed
+    (tmp_path / "date=2026-11-22").mkdir()
+    (tmp_path / "date=2026-11-22" / "summary.json").write_text("not json")
+    reports = read_reports(tmp_path)
+    assert [r.date for r in reports] == ["2026-11-24", "2026-11-23", "2026-11-22"]
+    assert (reports[0].critical, reports[0].warning) == (1, 3)
+    assert reports[0].counts == {"stuck_half": 1, "late_credit": 3}
+    assert (reports[2].status, reports[2].critical) == ("unknown", None)
+    assert report_html(tmp_path, "date=2026-11-24") is not None
+    for bad in ("..", "../x", "date=2026-11-24/../../etc", ""):
+        assert report_html(tmp_path, bad) is None
+    assert read_reports(tmp_path / "missing") == []
