@@ -1,5 +1,8 @@
 # The README's two commands: `make demo` (the main job) and `make test` (everything CI checks).
 # Both set up what they need on a fresh machine: a virtualenv in .venv with the project installed.
+# `make demo` needs no system package manager and no sudo: only Python 3.11+ (and Java 17 for its
+# Spark reconciliation, which is skipped with a note without it).  `make test` also installs Debian
+# packages (CI runs as root) and says which before it does.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,23 +15,33 @@ JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
 
 CHROMIUM := /usr/bin/chromium
 
-setup: $(VENV)/.installed $(JARS)
+setup: $(VENV)/.installed
 
-# The reconciliation job reads the stores over JDBC: Debian's drivers (Java 17 is on the machine).
+# The reconciliation tests read stores over JDBC: Debian's drivers (Java 17 is on the machine).
+# The demo does not need them: on SQLite its reconciliation reads the Parquet export.
 $(JARS):
+	@echo "== make test: installing the JDBC drivers (apt-get: libpostgresql-jdbc-java" \
+	  "libxerial-sqlite-jdbc-java) for the reconciliation tests"
 	$(SUDO) apt-get install -y -q libpostgresql-jdbc-java libxerial-sqlite-jdbc-java \
 	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q \
 	      libpostgresql-jdbc-java libxerial-sqlite-jdbc-java)
 
 # The console's browser tests drive Debian's chromium with Playwright (which downloads no browser).
 $(CHROMIUM):
+	@echo "== make test: installing chromium (apt-get) for the console's browser tests"
 	$(SUDO) apt-get install -y -q chromium \
 	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 
+# pip shows what it downloads and installs: about 940 MB (pyspark is most of it), 1-2 minutes.
 $(VENV)/.installed: pyproject.toml
+	@test -x $(BIN)/python || echo "== creating the virtualenv $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,spark]"
+	@echo "== upgrading pip in $(VENV)"
+	$(BIN)/python -m pip install --upgrade pip
+	@echo "== installing halfmq with its dev and spark extras into $(VENV)" \
+	  "(about 940 MB, 1-2 minutes)"
+	$(BIN)/python -m pip install -e ".[dev,spark]"
+	@echo "== $(VENV) is ready"
 	touch $@
 
 # The main job: the Bob-to-Smith demo (broker and both banks as real processes, faults injected,
@@ -47,7 +60,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint $(CHROMIUM)
+test: lint $(JARS) $(CHROMIUM)
 	$(BIN)/pytest
 
 bench: setup

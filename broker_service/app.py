@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
@@ -21,6 +22,8 @@ from broker_service.acl.runtime import AclRuntime
 from broker_service.api.app import Served, create_app
 from broker_service.console.mount import mount_console
 from broker_service.domain.audit.service import AuditService
+from broker_service.domain.brokers.model import BrokerPresence
+from broker_service.domain.brokers.service import PresenceService
 from broker_service.domain.clock import now_ms
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.consumers.wakeup import Arrivals, ArrivalsStore
@@ -35,6 +38,7 @@ from broker_service.logs import redact, safe_url
 from broker_service.metrics import BrokerMetrics
 from broker_service.schedulers.checkback import CheckBackScheduler
 from broker_service.schedulers.delays import DelayScheduler
+from broker_service.schedulers.presence import PresenceScheduler
 from broker_service.schedulers.retention import RetentionScheduler, count_round
 from broker_service.settings import BrokerSettings
 from broker_service.store.sql_store import SqlStore
@@ -59,6 +63,8 @@ class Broker:
     acl: AclRuntime | None
     retention: RetentionService
     audit: AuditService  # the console's audit log
+    presence: PresenceService  # the brokers sharing the store
+    beats: PresenceScheduler  # this broker's row in it, renewed every broker_beat_seconds
     delays: DelayScheduler
     checks: CheckBackScheduler | None  # None without ``scheduler``
     purges: RetentionScheduler | None  # None without ``scheduler``
@@ -74,22 +80,23 @@ class Broker:
             pull_hub=self.pull_hub,
             acl=self.acl,
             wake_checks=None if self.checks is None else self.checks.wake,
+            presence=self.presence,
         )
 
     async def start(self) -> None:
-        """Open the store (a new SQLite file gets the schema), then the ACL and the schedulers."""
+        """Open the store (a new SQLite file gets the schema), then the ACL and the schedulers.
+        "Ready" is the server's to say, once it listens (:func:`ready_line`)."""
         store, settings = self.store, self.settings
         store.open()
         where = safe_url(settings.database_url)
-        if store.schema_current:
-            log.info("broker ready on %s (%s store)", where, store.dialect)
-        else:
+        if not store.schema_current:
             reason = redact(store.schema_reason)
             log.warning(
                 "broker started on %s (%s store), not ready: %s", where, store.dialect, reason
             )
         if self.acl is not None and store.schema_current:
             await self.acl.start()
+        self.beats.start()  # every broker, schedulers or not: it shares the store
         if settings.scheduler:
             self.delays.start()
         if self.checks is not None:
@@ -98,6 +105,7 @@ class Broker:
             self.purges.start()
 
     async def stop(self) -> None:
+        await self.beats.stop()  # the row stays: "last seen N s ago" until a day has passed
         if self.purges is not None:
             await self.purges.stop()
         await self.delays.stop()
@@ -106,6 +114,14 @@ class Broker:
         if self.acl is not None:
             await self.acl.stop()
         self.store.close()
+
+
+def ready_line(store: SqlStore, settings: BrokerSettings) -> str | None:
+    """The log line of a broker that listens and whose store is at the current schema (one that
+    is not has said why at start)."""
+    if not store.schema_current:
+        return None
+    return f"broker ready on {safe_url(settings.database_url)} ({store.dialect} store)"
 
 
 def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broker:
@@ -162,6 +178,19 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
             pause_seconds=settings.purge_pause_seconds,
             share=settings.purge_share,
         )
+    presence = PresenceService(
+        store,
+        BrokerPresence(
+            broker_id=settings.broker_name,
+            address=settings.listen_address,
+            version=broker_version(),
+            store_kind=store.dialect,
+            started_at=0,  # set by the first beat
+            last_seen_at=0,
+        ),
+        int(settings.broker_beat_seconds * 1000),
+        clock,
+    )
     return Broker(
         settings=settings,
         store=store,
@@ -173,10 +202,20 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         acl=acl,
         retention=retention,
         audit=AuditService(store, clock),
+        presence=presence,
+        beats=PresenceScheduler(presence, interval_seconds=settings.broker_beat_seconds),
         delays=DelayScheduler(messages),
         checks=checks,
         purges=purges,
     )
+
+
+def broker_version() -> str:
+    """The installed halfmq's version, as the list of brokers shows it."""
+    try:
+        return version("halfmq")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def acl_runtime(settings: BrokerSettings, store: SqlStore) -> AclRuntime | None:

@@ -51,17 +51,34 @@ class BrokerSettings(BaseSettings):
         description="Address to listen on; beyond loopback with the ACL off, the broker warns "
         "that anyone who can reach the port owns it",
     )
-    port: int = Field(9876, ge=0, le=65535)
+    port: int = Field(9876, ge=0, le=65535, description="Port to listen on")
     broker_id: str = Field("", description="Name of this broker in logs, claims and traces")
+    broker_beat_seconds: float = Field(
+        10,
+        gt=0,
+        description="How often this broker records in the store that it is alive (GET "
+        "/v1/brokers and the console list the brokers sharing the store: live when seen within "
+        "three beats)",
+    )
     trace: bool = Field(
         True,
         description="Write the message trace's own events (CHECKED, RESUMED, the clients' "
         "CLIENT_PUB and CLIENT_SUB); off, only the events read from the rows remain",
     )
-    auto_create_topics: bool = False
-    default_topic_queues: int = Field(4, ge=1, le=1024)
-    max_message_bytes: int = Field(4 * 1024 * 1024, ge=1)
-    flush: Flush = Flush.SYNC
+    auto_create_topics: bool = Field(
+        False, description="Create a topic on its first send (off for production)"
+    )
+    default_topic_queues: int = Field(
+        4, ge=1, le=1024, description="Queues of a topic created without a count"
+    )
+    max_message_bytes: int = Field(
+        4 * 1024 * 1024, ge=1, description="Largest message body (plus properties); larger is 413"
+    )
+    flush: Flush = Field(
+        Flush.SYNC,
+        description="sync: a 2xx means committed and on disk; async: faster, and a power loss "
+        "can lose the last acknowledged writes",
+    )
     retention_hours: float = Field(
         48,
         gt=0,
@@ -98,10 +115,18 @@ class BrokerSettings(BaseSettings):
     purge_pause_seconds: float = Field(
         0.002, ge=0, description="Least pause between the purge's units of work"
     )
-    transaction_timeout_seconds: float = Field(6, ge=0)
-    transaction_check_interval_seconds: float = Field(30, gt=0)
-    transaction_check_max: int = Field(15, ge=1)
-    producer_expiry_seconds: float = Field(120, gt=0)
+    transaction_timeout_seconds: float = Field(
+        6, ge=0, description="A half older than this with no decision is checked back"
+    )
+    transaction_check_interval_seconds: float = Field(
+        30, gt=0, description="How often the check-back scheduler runs a round"
+    )
+    transaction_check_max: int = Field(
+        15, ge=1, description="Answered checks before a half is DISCARDED (still resolvable)"
+    )
+    producer_expiry_seconds: float = Field(
+        120, gt=0, description="A producer instance is live while its heartbeat is younger"
+    )
     check_timeout_seconds: float = Field(
         3, gt=0, description="How long a push check waits for the producer's answer"
     )
@@ -120,15 +145,20 @@ class BrokerSettings(BaseSettings):
     check_round_max: int = Field(
         10_000, ge=1, description="Most due halves one check round handles (the rest wait a round)"
     )
-    message_delay_level: str = DEFAULT_DELAY_LEVELS
-    max_reconsume_times: int = Field(16, ge=0)
+    message_delay_level: str = Field(
+        DEFAULT_DELAY_LEVELS,
+        description="RocketMQ's delay levels, space-separated (retry k uses level 3+k)",
+    )
+    max_reconsume_times: int = Field(
+        16, ge=0, description="Retries before a message goes to the DLQ (a group's own wins)"
+    )
     scheduler: bool = Field(True, description="Run the background schedulers in this process")
     write_batch_max: int = Field(512, ge=1, description="Most requests one store commit carries")
     write_queue_max: int = Field(
         20_000, ge=1, description="Requests waiting for a store commit beyond which sends get 429"
     )
     pool_size: int = Field(8, ge=1, description="Store connections for reads")
-    log_level: str = "info"
+    log_level: str = Field("info", description="debug, info, warning or error")
     metrics: bool = Field(
         True,
         description="Latency histograms (requests, store commits, checks) and the store's "
@@ -310,6 +340,13 @@ class BrokerSettings(BaseSettings):
     def broker_name(self) -> str:
         """``broker_id``, else ``host:pid:port``: who claims, in logs and traces."""
         return self.broker_id or f"{socket.gethostname()}:{os.getpid()}:{self.port}"
+
+    @property
+    def listen_address(self) -> str:
+        """``host:port`` this broker listens on, as the list of brokers shows it (a wildcard
+        host is the machine's name: what another machine would reach)."""
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     # -- the domain's plain values --------------------------------------------------------------
 

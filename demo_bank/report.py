@@ -1,6 +1,10 @@
 """The demo's report: balances, what happened to the transfers, what the outsider tried and how
 the broker answered, the invariants (PASS / FAIL with their numbers), timings, and the
-reconciliation's summary.  Nothing here prints a secret key: the report shows access keys only."""
+reconciliation's summary.  Nothing here prints a secret key: the report shows access keys only.
+
+Every number a newcomer could wonder about says where it comes from: the extra transfer Bob
+crashes on, the transfers whose answer never came ("in doubt") and how they ended, and the dead
+letter the run itself resent -- resolved, as the reconciliation reports it too."""
 
 from __future__ import annotations
 
@@ -8,7 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from demo_bank.proof import BankView
+from demo_bank.reconcile import ReconcileOutcome
 from demo_bank.runner import DemoResult
+from demo_bank.traffic import COMMITTED, IN_DOUBT, ROLLED_BACK
+
+# How the nightly job names a dead letter that was resent and then acked (spark_reconcile's
+# ``DEAD_LETTER_RESOLVED``, severity info): the demo reads it from the job's summary.json.
+DEAD_LETTER_RESOLVED = "dead_letter_resolved"
 
 
 def render(result: DemoResult, console: Console) -> None:
@@ -21,7 +31,7 @@ def render(result: DemoResult, console: Console) -> None:
     timings = " · ".join(f"{name} {seconds:.1f}s" for name, seconds in result.timings.items())
     console.print(f"timings: {timings}")
     if result.ok:
-        console.print("[bold green]every invariant holds[/bold green]")
+        console.print(f"[bold green]every invariant holds[/bold green]{_verdict(result.reconcile)}")
     elif not result.settled:
         console.print("[bold red]the run did not settle:[/bold red] " + "; ".join(result.pending))
     else:
@@ -55,8 +65,13 @@ def _transfers(result: DemoResult, console: Console) -> None:
     table.add_column("")
     table.add_column("count", justify="right")
     table.add_column("from")
-    sent = len(plan.transfers) + (1 if "kill-bob" in plan.events else 0)
-    table.add_row("requested", f"{sent:,}", "runner")
+    crash = 1 if "kill-bob" in plan.events else 0
+    table.add_row("requested", f"{len(plan.transfers) + crash:,}", "runner")
+    if crash:
+        table.add_row("  of which planned (--transfers)", f"{len(plan.transfers):,}", "runner")
+        table.add_row(
+            "  of which the crash transfer: Bob dies after its local commit", "1", "runner"
+        )
     for name in ("committed", "rolled back", "in doubt", "gave up"):
         if outcomes.get(name):
             table.add_row(f"  Bob answered: {name}", f"{outcomes[name]:,}", "runner")
@@ -74,6 +89,12 @@ def _transfers(result: DemoResult, console: Console) -> None:
             table.add_row("still open (PREPARED / DISCARDED)", f"{len(left):,}", "broker")
         table.add_row("retried by Smith (nacked deliveries)", f"{broker.nacked:,}", "broker")
         table.add_row("dead-lettered", f"{broker.dead_letters:,}", "broker")
+        resolved = _resolved_dead_letters(result)
+        if resolved:
+            table.add_row(
+                "  of which resent by the operator and credited once", f"{len(resolved):,}",
+                "Smith's database",
+            )  # fmt: skip
         table.add_row("redelivered after a lease ran out", f"{broker.expired:,}", "broker")
     if result.bob is not None and result.smith is not None:
         table.add_row("debits in Bob's ledger", f"{result.bob.rows:,}", "Bob's database")
@@ -85,8 +106,21 @@ def _transfers(result: DemoResult, console: Console) -> None:
         )
         table.add_row("faults planned", injected, "runner")
     console.print(table)
+    if crash:
+        console.print(
+            "  · the crash transfer: one transfer beyond --transfers, sent at 25 % with "
+            "X-Demo-Fault: crash-after-commit; Bob SIGKILLs himself right after its local commit, "
+            "and the broker's check-back must commit it"
+        )
+    if outcomes.get(IN_DOUBT):
+        console.print(f"  · {_in_doubt(result)}")
     for event in result.events:
         console.print(f"  · {event}")
+    for transfer_id in _resolved_dead_letters(result):
+        console.print(
+            f"  · dead letter resolved (info, nothing to do): transfer {transfer_id} was "
+            "dead-lettered, resent from the DLQ by the demo's operator step and credited once"
+        )
 
 
 def _outsider(result: DemoResult, console: Console) -> None:
@@ -139,14 +173,73 @@ def _reconcile(result: DemoResult, console: Console) -> None:
     if outcome is None:
         console.print("reconciliation: not run (--no-reconcile)")
         return
+    if outcome.skipped:
+        console.print(
+            f"reconciliation: [bold]skipped[/bold], not failed -- {outcome.note.removeprefix('skipped: ')}; "
+            "every invariant above was checked without it"
+        )
+        if outcome.hint:
+            console.print(f"  {outcome.hint}")
+        return
     if not outcome.ran or outcome.summary is None:
-        console.print(f"reconciliation: {outcome.note}")
+        console.print(f"reconciliation: [bold red]failed[/bold red] -- {outcome.note}")
         return
     summary = outcome.summary
-    found = {k: v["count"] for k, v in summary["counts"].items() if v["count"]}
-    listed = ", ".join(f"{kind} {n}" for kind, n in found.items()) or "no anomaly"
+    found = [(k, v) for k, v in summary["counts"].items() if v["count"]]
+    listed = ", ".join(f"{kind}: {v['count']} {v['severity']}" for kind, v in found)
     console.print(
         f"reconciliation (Spark, {outcome.seconds:.0f}s) of {summary['date']}: "
         f"[bold]{summary['status']}[/bold] -- {summary['critical']} critical, "
-        f"{summary['warning']} warnings ({listed}); report in {outcome.note}"
+        f"{summary['warning']} warnings, {summary.get('info', 0)} info "
+        f"({listed or 'no anomaly'}); report in {outcome.note}"
+    )
+    if summary["counts"].get(DEAD_LETTER_RESOLVED, {}).get("count"):
+        console.print(
+            f"  {DEAD_LETTER_RESOLVED}: the dead letter the operator step resent and Smith "
+            "credited -- resolved, it leaves the day clean"
+        )
+
+
+def _verdict(outcome: ReconcileOutcome | None) -> str:
+    """The reconciliation's word at the end of the run, next to the invariants'."""
+    if outcome is None:
+        return ""
+    if outcome.skipped:
+        return " · reconciliation skipped (not failed): see above"
+    if outcome.summary is None:
+        return " · [red]the reconciliation did not finish[/red]: see above"
+    return f" · reconciliation {outcome.summary['status']}"
+
+
+def _resolved_dead_letters(result: DemoResult) -> list[str]:
+    """The transfers the operator step resent from the DLQ that Smith then credited once."""
+    if result.smith is None:
+        return []
+    return [t for t in result.resent_dead_letters if len(result.smith.entries.get(t, [])) == 1]
+
+
+def _in_doubt(result: DemoResult) -> str:
+    """What "in doubt" means, and how the broker's store says those transfers ended.
+
+    The split is the broker's decisions less the answers Bob gave (and the crash transfer, whose
+    answer the runner does not count); when the two do not add up, only the meaning is given."""
+    doubt = result.outcomes.get(IN_DOUBT, 0)
+    meaning = (
+        f"{doubt:,} in doubt: the connection to Bob broke after the request went out (Bob was "
+        "SIGKILLed with them in flight), so no answer came; the runner does not send them again "
+        "(that could pay twice) and lets the databases decide"
+    )
+    broker = result.broker
+    if broker is None:
+        return meaning
+    crash = 1 if "kill-bob" in result.plan.events else 0
+    committed = len(broker.with_state("COMMITTED")) - result.outcomes.get(COMMITTED, 0) - crash
+    rolled_back = len(broker.with_state("ROLLED_BACK")) - result.outcomes.get(ROLLED_BACK, 0)
+    untouched = doubt - committed - rolled_back
+    if min(committed, rolled_back, untouched) < 0:
+        return meaning
+    return (
+        f"{meaning}: {committed:,} committed (debited, then credited), {rolled_back:,} rolled "
+        f"back by check-back (open in the killed process: no debit), {untouched:,} never reached "
+        "the broker (nothing happened)"
     )

@@ -39,7 +39,7 @@ from demo_bank.proof import (
     read_bank,
     read_broker,
 )
-from demo_bank.reconcile import ReconcileOutcome, run_reconcile
+from demo_bank.reconcile import ReconcileOutcome, run_reconcile, spark_missing
 from demo_bank.schema import CREDIT, DEBIT
 from demo_bank.settings import BOB_GROUP, SMITH_GROUP
 from demo_bank.stores import DEFAULT_PG, Stores, postgresql_stores, sqlite_stores
@@ -77,6 +77,7 @@ class DemoResult:
     invariants: list[Invariant] = field(default_factory=list)
     reconcile: ReconcileOutcome | None = None
     outsider: OutsiderReport | None = None
+    resent_dead_letters: list[str] = field(default_factory=list)  # transfer ids the operator resent
 
     @property
     def ok(self) -> bool:
@@ -115,6 +116,13 @@ def prepare_stores(config: DemoConfig) -> Stores:
 def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
     console = console or Console()
     started = time.monotonic()
+    first_day = dt.datetime.now(dt.UTC).date()
+    missing = spark_missing() if config.reconcile else None
+    if missing is not None:
+        console.print(
+            f"[yellow]note[/yellow] {missing}: the reconciliation will be skipped; "
+            "everything else runs and every invariant is checked"
+        )
     stores = prepare_stores(config)
     plan = make_plan(config.transfers, config.seed, config.faults)
     result = DemoResult(config, plan, stores)
@@ -141,7 +149,7 @@ def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
             _send(cluster, plan, config, result, console, say)
             result.timings["transfers"] = time.monotonic() - began
             began = time.monotonic()
-            result.settled, result.pending = _settle(cluster, stores, config, console, say)
+            result.settled, result.pending = _settle(cluster, stores, config, result, console, say)
             result.timings["settle"] = time.monotonic() - began
         finally:
             cluster.stop()
@@ -157,6 +165,7 @@ def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
             config.run_dir / "reconcile",
             dt.datetime.now(dt.UTC).date(),
             config.run_dir / "reconcile.log",
+            first_day,
         )
     result.timings["total"] = time.monotonic() - started
     return result
@@ -257,7 +266,12 @@ def _outsider(cluster: Cluster, broker_db: str, say: Any) -> OutsiderReport:
 
 
 def _settle(
-    cluster: Cluster, stores: Stores, config: DemoConfig, console: Console, say: Any
+    cluster: Cluster,
+    stores: Stores,
+    config: DemoConfig,
+    result: DemoResult,
+    console: Console,
+    say: Any,
 ) -> tuple[bool, list[str]]:
     """Wait (bounded) until nothing is pending; the operator resends dead letters once the
     account they need is open.  ``(settled, what is still pending)``.  Requests to the broker
@@ -270,7 +284,7 @@ def _settle(
         console.status("waiting for check-backs, retries and credits to settle ...") as status,
     ):
         while True:
-            _operator_fixes(broker, banks, cluster, say)
+            result.resent_dead_letters += _operator_fixes(broker, banks, cluster, say)
             pending = _pending(broker, stores)
             if not pending:
                 return True, []
@@ -280,13 +294,17 @@ def _settle(
             time.sleep(0.5)
 
 
-def _operator_fixes(broker: httpx.Client, banks: httpx.Client, cluster: Cluster, say: Any) -> None:
-    """A dead letter whose receiver has no account: open the account, resend the message."""
+def _operator_fixes(
+    broker: httpx.Client, banks: httpx.Client, cluster: Cluster, say: Any
+) -> list[str]:
+    """A dead letter whose receiver has no account: open the account, resend the message.  The
+    transfer ids resent."""
     base = f"/v1/consumer-groups/{SMITH_GROUP}/dlq"
+    resent_ids: list[str] = []
     try:
         dead = broker.get(base).json()["messages"]
     except (httpx.HTTPError, ValueError, KeyError):
-        return  # the broker is down, or refused: _pending says so
+        return resent_ids  # the broker is down, or refused: _pending says so
     for message in dead:
         if message.get("resent_at"):
             continue
@@ -298,12 +316,14 @@ def _operator_fixes(broker: httpx.Client, banks: httpx.Client, cluster: Cluster,
             )
         resent = broker.post(f"{base}/{message['msg_id']}/resend")
         if resent.is_success:
+            resent_ids.append(transfer["transfer_id"])
             say(
                 f"operator: transfer {transfer['transfer_id']} was dead-lettered (no account "
                 f"{transfer['to']} at Smith's bank); opened the account and resent it from the DLQ"
             )
         else:
             say(f"operator: resending {message['msg_id']} was answered {resent.status_code}")
+    return resent_ids
 
 
 def _pending(broker: httpx.Client, stores: Stores) -> list[str]:

@@ -36,6 +36,7 @@ from framework.config import CheckMode, Retry, Timeout
 from framework.consumer import PushConsumer
 from framework.errors import (
     AuthenticationError,
+    BodyDecodeError,
     BrokerBusyError,
     BrokerError,
     BrokerUnavailableError,
@@ -67,6 +68,7 @@ __all__ = [
     "AsyncTransactionProducer",
     "AuthenticationError",
     "BatchAck",
+    "BodyDecodeError",
     "BrokerBusyError",
     "BrokerError",
     "BrokerUnavailableError",

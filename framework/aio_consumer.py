@@ -1,7 +1,8 @@
 """``AsyncPushConsumer``: the asyncio twin of :class:`~framework.consumer.PushConsumer` -- one
 receiver task, ``concurrency`` worker tasks, the same prefetch, ack modes, orderly lanes, graceful
 shutdown and flows (:mod:`framework.consumer_base`), driven by
-:meth:`AsyncBrokerClient.run <framework.transport.AsyncBrokerClient.run>`.  Coroutine handlers
+:meth:`AsyncBrokerClient.run <framework.transport.AsyncBrokerClient.run>`.  ``shutdown()`` cancels
+a long poll in flight rather than waiting it out.  Coroutine handlers
 are awaited; plain ones run in a worker thread."""
 
 from __future__ import annotations
@@ -56,11 +57,8 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
         self._stopping = True
         async with self._room:
             self._room.notify_all()
-        if self._receiver is not None:  # let a long-poll in flight finish: it may hold messages
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    asyncio.shield(self._receiver), self.wait_seconds + self.timeout.read + 5
-                )
+        # A long poll in flight is cancelled, not waited out: a message the broker was handing
+        # it comes again after its invisibility (at least once).
         for task in (self._receiver, self._flusher):
             if task is not None:
                 task.cancel()

@@ -6,7 +6,10 @@ concurrent mode, one queue's messages in order in orderly mode.  Each message is
 consumer's flow (:meth:`~framework.consumer_base.ConsumerBase.consume_flow`), run with
 :meth:`BrokerClient.run <framework.transport.BrokerClient.run>`.  ``shutdown()`` stops receiving,
 releases what no worker has started (its invisibility is cut so another member gets it at once),
-lets the workers finish what they hold, and sends the pending batched acks.
+lets the workers finish what they hold, and sends the pending batched acks.  It does not wait out
+a long poll in flight: the receiver is left to end it and gives back whatever that poll brings
+(at least once: a message the broker handed to a poll that nobody reads any more -- the process
+exited -- comes again after ``invisible_seconds``).
 
 ::
 
@@ -70,9 +73,10 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
             self.reporter.close()
             self.client.close()
             return
-        self._stop.set()
-        receiver, *others = self._threads
-        receiver.join(self.wait_seconds + self.timeout.read + 5)
+        with self._room:  # under the lock: the receiver enqueues nothing from now on
+            self._stop.set()
+            self._room.notify_all()
+        _, *others = self._threads  # the receiver is not waited for (see _receive_loop)
         self._release_queued()
         for _ in range(self.concurrency):
             self._work.put(None)
@@ -105,17 +109,26 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
         self._threads.append(thread)
 
     def _receive_loop(self) -> None:
+        """Long-poll while running.  ``shutdown()`` does not wait for a poll in flight: the
+        client stays open until the poll ends (:meth:`BrokerClient.polling`), and what it brings
+        after the stop is given back at once."""
         while (free := self._room_to_receive()) is not None:
-            try:
-                messages = self.client.call(self.receive_call(free), ONCE)
-            except HalfMQError as exc:
-                log.warning("receive failed: %s", exc)
-                self._stop.wait(0.5)
-                continue
-            with self._room:
-                self._held += len(messages)
-            for lane in lanes(messages, self.orderly):
-                self._work.put(lane)
+            with self.client.polling():
+                try:
+                    messages = self.client.call(self.receive_call(free), ONCE)
+                except HalfMQError as exc:
+                    if not self._stop.is_set():
+                        log.warning("receive failed: %s", exc)
+                    self._stop.wait(0.5)
+                    continue
+                with self._room:
+                    if not self._stop.is_set():
+                        self._held += len(messages)
+                        for lane in lanes(messages, self.orderly):
+                            self._work.put(lane)
+                        continue
+                for message in messages:
+                    self.client.run(self.give_back_flow(message))
 
     def _room_to_receive(self) -> int | None:
         """Wait until the prefetch runs low: how many to receive, or None once stopping."""

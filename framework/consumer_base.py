@@ -33,7 +33,7 @@ from framework.acks import (
 )
 from framework.client_trace import Timing
 from framework.config import Retry, Timeout
-from framework.errors import ConfigurationError, HalfMQError
+from framework.errors import BodyDecodeError, ConfigurationError, HalfMQError
 from framework.flow import Flow, Invoke, call
 from framework.member import GroupMember, check_name
 from framework.message import Message
@@ -107,6 +107,7 @@ class ConsumerBase(GroupMember[TransportT]):
         self.shutdown_timeout = shutdown_timeout
         self.handlers = Handlers("consumer")
         self.acks = AckBuffer(self.batch_ack)
+        self._undecodable_topics: set[str] = set()
         self._connect(transport, verify)
 
     @property
@@ -221,11 +222,31 @@ class ConsumerBase(GroupMember[TransportT]):
             timing = Timing.now()
             ok, error = yield from self._handler_flow(handler, message)
             self.client_trace.consumed(message, timing, ok)
-            if error is not None:
+            if isinstance(error, BodyDecodeError):
+                self._undecodable(message, error)
+            elif error is not None:
                 log.warning("consuming %s failed: %r", message.msg_id, error)
             if not ok:
                 span.failed(error, None if error else "RECONSUME_LATER")
             yield from self._settle_flow(handler.options.ack_mode, message, ok)
+
+    def _undecodable(self, message: Message, error: BodyDecodeError) -> None:
+        """A body the handler cannot read fails like any handler error (retried, then the DLQ);
+        it is said once per topic at WARNING -- one producer sending another format would
+        otherwise fill the log -- and at DEBUG after that."""
+        level = logging.DEBUG if message.topic in self._undecodable_topics else logging.WARNING
+        self._undecodable_topics.add(message.topic)
+        log.log(
+            level,
+            "consumer group %s cannot read message %s of topic %s: its handler expected %s, "
+            "but %s. It is retried and then dead-lettered like any failure; further such bodies "
+            "in this topic are logged at DEBUG",
+            self.group,
+            message.msg_id,
+            message.topic,
+            error.expected,
+            error.message,
+        )
 
     def _handler_flow(
         self, handler: Registered[..., Any], message: Message

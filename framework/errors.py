@@ -15,6 +15,7 @@
     │   ├── MessageTooLargeError     413
     │   └── BrokerBusyError          429 / 503 (retried first; raised when retries run out)
     ├── UnexpectedAnswerError        an answer that is not the contract's JSON (not a halfmq broker?)
+    ├── BodyDecodeError              a message body that is not what its reader expected (JSON, UTF-8)
     └── SignatureRejected            a push check this producer's check server refused (401)
 
 Every error carries the structured fields a caller needs: ``topic``, ``transaction_id``,
@@ -133,6 +134,18 @@ class UnexpectedAnswerError(HalfMQError):
         super().__init__(message, **fields)
         self.url = url
         self.status = status
+
+
+class BodyDecodeError(HalfMQError, ValueError):
+    """``Message.json()`` or ``Message.text`` met a body that is not JSON or not UTF-8 text: a
+    producer sent another format to the topic.  ``expected`` names what the reader wanted; the
+    error names the message and shows the body's start.  A ``ValueError``, as the decoders'."""
+
+    def __init__(self, expected: str, body: bytes, reason: str, **fields: Any) -> None:
+        start = body[:40].decode("utf-8", "replace") + ("..." if len(body) > 40 else "")
+        message = f"the body is not {expected} ({reason}); it starts {start!r}"
+        super().__init__(message, **fields)
+        self.expected = expected
 
 
 class SignatureRejected(HalfMQError):

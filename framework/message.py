@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from framework.errors import BodyDecodeError
+
 
 def new_msg_id() -> str:
     """A client-made, time-ordered unique id: the broker deduplicates retransmits on it."""
@@ -79,8 +81,15 @@ class Message:
 
     @property
     def text(self) -> str:
-        """The body as text (UTF-8)."""
-        return self.body if isinstance(self.body, str) else self.body.decode("utf-8")
+        """The body as text (UTF-8); another encoding is a :class:`BodyDecodeError`."""
+        if isinstance(self.body, str):
+            return self.body
+        try:
+            return self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BodyDecodeError(
+                "UTF-8 text", self.body, exc.reason, topic=self.topic, msg_id=self.msg_id
+            ) from exc
 
     @property
     def data(self) -> bytes:
@@ -88,8 +97,14 @@ class Message:
         return self.body.encode("utf-8") if isinstance(self.body, str) else self.body
 
     def json(self) -> Any:
-        """The body parsed as JSON."""
-        return orjson.loads(self.data)
+        """The body parsed as JSON; a body that is not JSON is a :class:`BodyDecodeError`
+        naming this message."""
+        try:
+            return orjson.loads(self.data)
+        except orjson.JSONDecodeError as exc:
+            raise BodyDecodeError(
+                "JSON", self.data, exc.msg, topic=self.topic, msg_id=self.msg_id
+            ) from exc
 
     def evolve(self, **changes: Any) -> Message:
         return replace(self, **changes)

@@ -69,11 +69,12 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
         self.started = True
 
     def shutdown(self) -> None:
-        """Stop the background work (a long-poll ends within its wait), report the client trace,
-        then close the client."""
+        """Stop the background work, report the client trace, then close the client.  A pull
+        of checks in flight is not waited for (see :meth:`_pull_loop`)."""
         self._stop.set()
         for thread in self._threads:
-            thread.join(self.check_mode.pull_wait_seconds + self.timeout.read + 5)
+            if thread.name != self._pull_thread_name:
+                thread.join(self.timeout.read + 5)  # a heartbeat in flight: one short call
         self._threads.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
@@ -145,15 +146,30 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
             except HalfMQError as exc:
                 log.warning("heartbeat of %s failed: %s", self.client_id, exc)
 
+    @property
+    def _pull_thread_name(self) -> str:
+        return f"halfmq-pull-{self.group}"
+
     def _pull_loop(self) -> None:
+        """Long-poll for checks while running.  ``shutdown()`` does not wait for a pull in
+        flight: the client stays open until it ends (:meth:`BrokerClient.polling`), and checks
+        it brings after the stop are left unanswered -- the broker checks them again an
+        interval later."""
         pull, pause = self.pull_call(), min(1.0, self.check_mode.pull_wait_seconds)
         while not self._stop.is_set():
+            with self.client.polling():
+                try:
+                    checks = self.client.call(pull, ONCE)
+                except HalfMQError as exc:
+                    if not self._stop.is_set():
+                        log.warning("pulling checks failed: %s", exc)
+                    self._stop.wait(pause)
+                    continue
+            pool = self._pool
+            if pool is None:  # shut down meanwhile
+                return
             try:
-                checks = self.client.call(pull, ONCE)
-            except HalfMQError as exc:
-                log.warning("pulling checks failed: %s", exc)
-                self._stop.wait(pause)
-                continue
-            assert self._pool is not None
-            for check in checks:
-                self._pool.submit(self.client.run, self.pulled_check_flow(check))
+                for check in checks:
+                    pool.submit(self.client.run, self.pulled_check_flow(check))
+            except RuntimeError:  # shut down meanwhile: the pool takes no more
+                return

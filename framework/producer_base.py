@@ -160,7 +160,9 @@ class ProducerBase(GroupMember[TransportT]):
         self, transaction_id: str, state: LocalTransactionState, *, from_check: bool
     ) -> protocol.Call[str]:
         commit = state is State.COMMIT_MESSAGE
-        return protocol.end(transaction_id, self.group, commit, from_check=from_check)
+        return protocol.end(
+            transaction_id, self.group, commit, from_check=from_check, client_id=self.client_id
+        )
 
     def heartbeat_call(self) -> protocol.Call[None]:
         return protocol.heartbeat(self.group, self.client_id, self.callback_url, self.topics())

@@ -264,14 +264,25 @@ def prepare(
     )
 
 
-def end(transaction_id: str, group: str, commit: bool, *, from_check: bool) -> Call[str]:
-    """Commit or roll back a half; answers the broker's state (COMMITTED or ROLLED_BACK)."""
+def end(
+    transaction_id: str,
+    group: str,
+    commit: bool,
+    *,
+    from_check: bool,
+    client_id: str | None = None,
+) -> Call[str]:
+    """Commit or roll back a half; answers the broker's state (COMMITTED or ROLLED_BACK).
+    ``client_id``: the instance that decides, which the message trace then names."""
     verb = "commit" if commit else "rollback"
+    body: dict[str, Any] = {"producer_group": group, "from_check": from_check}
+    if client_id is not None:
+        body["client_id"] = client_id
     return Call(
         "POST",
         f"/v1/transactions/{transaction_id}/{verb}",
         lambda a: str(a.json()["state"]),
-        body={"producer_group": group, "from_check": from_check},
+        body=body,
         fields={"transaction_id": transaction_id},
     )
 

@@ -14,9 +14,11 @@ import asyncio
 import inspect
 import os
 import ssl
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import httpx
@@ -93,10 +95,36 @@ class _Client(ABC, Generic[TransportT, HttpT]):
 
 
 class BrokerClient(_Client[httpx.BaseTransport, httpx.Client]):
-    """Calls the brokers from threads (``httpx.Client`` is thread-safe)."""
+    """Calls the brokers from threads (``httpx.Client`` is thread-safe).
+
+    A thread blocked in a socket read cannot be interrupted from another thread, so a long poll
+    is not cancelled: it is *left behind*.  ``close()`` never waits for one -- it returns at once,
+    and the client is really closed by the last :meth:`polling` block to end, in its own thread,
+    when its poll's answer (at most ``wait_seconds`` later) has been dealt with."""
+
+    def __init__(self, brokers: Sequence[str], **options: Any) -> None:
+        super().__init__(brokers, **options)
+        self._lock = threading.Lock()
+        self._polls = 0
+        self._closing = False
 
     def _open(self, transport: httpx.BaseTransport | None, options: dict[str, Any]) -> httpx.Client:
         return httpx.Client(transport=transport, **options)
+
+    @contextmanager
+    def polling(self) -> Iterator[None]:
+        """Around a long poll and what is done with its answer: ``close()`` does not wait for it,
+        and the client stays open until the block ends."""
+        with self._lock:
+            self._polls += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._polls -= 1
+                last = self._closing and self._polls == 0
+            if last:
+                self.http.close()
 
     def call(self, call: Call[T], retry: Retry | None = None) -> T:
         attempts = Attempts(self.endpoints, retry or self.retry, call)
@@ -115,6 +143,11 @@ class BrokerClient(_Client[httpx.BaseTransport, httpx.Client]):
         return steps.result
 
     def close(self) -> None:
+        """Close now, or -- with a long poll in flight -- once it ends (see :meth:`polling`)."""
+        with self._lock:
+            self._closing = True
+            if self._polls:
+                return
         self.http.close()
 
     def _send(self, attempts: Attempts[Any]) -> Answer | httpx.TransportError:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import shutil
 import tempfile
 import threading
@@ -88,6 +89,16 @@ class SyncASGIBridge(httpx.BaseTransport):
     def __init__(self, app: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.inner = httpx.ASGITransport(app=app)
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._lock = threading.Lock()
+
+    def cancel_pending(self) -> None:
+        """End the requests still waiting (a long poll a client shut down without waiting for):
+        they fail as a dropped connection would, instead of outliving the broker."""
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            future.cancel()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         content = request.read()
@@ -103,6 +114,8 @@ class SyncASGIBridge(httpx.BaseTransport):
         if self.loop.is_closed() or not self.loop.is_running():
             raise httpx.ConnectError("the in-process test broker is stopped", request=request)
         future = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        with self._lock:
+            self._pending.add(future)
         try:
             status, headers, body = future.result(REQUEST_LIMIT_SECONDS)
         except TimeoutError as exc:
@@ -110,6 +123,11 @@ class SyncASGIBridge(httpx.BaseTransport):
             raise httpx.ReadTimeout(
                 "the in-process test broker did not answer", request=request
             ) from exc
+        except concurrent.futures.CancelledError as exc:
+            raise httpx.ReadError("the in-process test broker stopped", request=request) from exc
+        finally:
+            with self._lock:
+                self._pending.discard(future)
         return httpx.Response(status, headers=headers, content=body, request=request)
 
 
@@ -213,6 +231,8 @@ class InProcessBroker:
         tb: TracebackType | None,
     ) -> None:
         try:
+            if self._transport is not None:
+                self._transport.cancel_pending()
             if self._manager is not None and self._loop is not None:
                 self._on_loop(self._manager.__aexit__(None, None, None))
         finally:

@@ -95,7 +95,10 @@ def reconcile(
     ] = None,
     ledger: Annotated[
         list[str] | None,
-        typer.Option(help="NAME=URL of a bank's database with a `transfers` table (repeat)"),
+        typer.Option(
+            help="NAME=URL of a bank's database with a `transfers` table, or "
+            "NAME=parquet:PATH of its `halfmq export --ledger` copy (repeat)"
+        ),
     ] = None,
     ledger_config: Annotated[
         Path | None, typer.Option(help="YAML list of ledgers with their own table/columns")
@@ -118,6 +121,14 @@ def reconcile(
     jdbc_partitions: Annotated[int, typer.Option(help="Parallel reads per big table")] = 8,
     shuffle_partitions: Annotated[int, typer.Option(help="spark.sql.shuffle.partitions")] = 16,
     driver_memory: Annotated[str, typer.Option(help="spark.driver.memory (local)")] = "4g",
+    console_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HALFMQ_CONSOLE_URL",
+            help="The broker's base URL: the HTML report links each transaction to its console "
+            "page (default: no links)",
+        ),
+    ] = None,
 ) -> None:
     """Reconcile one day: halves, ops, deliveries and ledgers.  Exit 0 clean, 1 warnings,
     2 critical (or the job could not run)."""
@@ -128,6 +139,7 @@ def reconcile(
         raise typer.Exit(NOT_RUN) from None
     from spark_reconcile.jdbc import MissingDriverError
     from spark_reconcile.job import run, session_for
+    from spark_reconcile.report import totals_line
 
     try:
         config = ReconcileConfig(
@@ -148,6 +160,7 @@ def reconcile(
             jdbc_partitions=jdbc_partitions,
             shuffle_partitions=shuffle_partitions,
             jars=tuple(jars or ()),
+            console_url=console_url,
         )
         spark = session_for(config, driver_memory)
     except (MissingDriverError, ValueError) as exc:
@@ -159,8 +172,8 @@ def reconcile(
         err.print(f"[red]reconciliation failed:[/red] {escape(str(exc))}")
         raise typer.Exit(NOT_RUN) from exc
     out.print(
-        f"{config.day}: [bold]{summary.status}[/bold] ({summary.total('critical')} critical, "
-        f"{summary.total('warning')} warnings); report in {out_dir / 'report'}"
+        f"{config.day}: [bold]{summary.status}[/bold] ({totals_line(summary)}); "
+        f"report in {out_dir / 'report'}"
     )
     raise typer.Exit(summary.exit_code)
 
@@ -169,11 +182,22 @@ def export(
     date: DateOption,
     out_dir: Annotated[Path, typer.Option("--out", help="Export root")] = Path("halfmq-export"),
     database_url: UrlOption = None,
+    ledger: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=URL of a bank's database: its `transfers` rows of the day go to "
+            "OUT/ledgers/NAME, read by `reconcile --ledger NAME=parquet:OUT/ledgers/NAME` (repeat)"
+        ),
+    ] = None,
+    ledger_config: Annotated[
+        Path | None, typer.Option(help="YAML list of ledgers with their own table/columns")
+    ] = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows fetched per round trip")] = 50_000,
 ) -> None:
-    """Export one day of the store as Parquet for `halfmq reconcile --parquet`."""
+    """Export one day of the store (and of the banks' ledgers) as Parquet for
+    `halfmq reconcile --parquet`."""
     try:
-        from spark_reconcile.export import export_day
+        from spark_reconcile.export import export_day, export_ledger
     except ImportError as exc:
         err.print(
             f"[red]halfmq export needs pyarrow:[/red] {escape(INSTALL_HINT)} ({escape(str(exc))})"
@@ -182,22 +206,30 @@ def export(
     import sqlalchemy as sa
     from rich.progress import Progress
 
+    day = dt.date.fromisoformat(date)
+    sources = ledger_sources(ledger or [], ledger_config)
+    if any(source.parquet_path is not None for source in sources):
+        raise typer.BadParameter("a ledger to export is a database URL, not parquet:")
     engine = sa.create_engine(_store_url(database_url))
+    ledger_rows: dict[str, int] = {}
     try:
         with Progress(console=err) as progress:
-            done = export_day(
-                engine,
-                out_dir,
-                dt.date.fromisoformat(date),
-                chunk_rows=chunk_rows,
-                progress=progress,
-            )
+            done = export_day(engine, out_dir, day, chunk_rows=chunk_rows, progress=progress)
+            for source in sources:
+                bank = sa.create_engine(source.url)
+                try:
+                    ledger_rows[source.name] = export_ledger(
+                        bank, source, out_dir, day, chunk_rows=chunk_rows, progress=progress
+                    )
+                finally:
+                    bank.dispose()
     except sa.exc.SQLAlchemyError as exc:
         err.print(f"[red]cannot export:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
     finally:
         engine.dispose()
     rows = ", ".join(f"{name} {n}" for name, n in done.rows.items())
+    rows += "".join(f", ledger {name} {n}" for name, n in ledger_rows.items())
     mark = "advanced" if done.watermark_advanced else "left as it was"
     out.print(f"exported {date} to {out_dir}: {rows}; watermark {mark}")
 

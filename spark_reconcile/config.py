@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from urllib.parse import urlsplit
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
+PARQUET_SCHEME = "parquet:"
 
 
 def day_start_ms(day: dt.date) -> int:
@@ -75,7 +77,8 @@ class KeyMapping:
 class LedgerSource:
     """One bank's ledger table and how its columns map onto (business id, account, amount,
     direction, created time).  ``direction_column`` None means the sign of ``amount`` says it
-    (negative: debit)."""
+    (negative: debit).  ``url`` is the bank's database (read over JDBC), or ``parquet:PATH``,
+    the folder ``halfmq export --ledger`` wrote (read without JDBC, same column names)."""
 
     name: str
     url: str
@@ -90,6 +93,13 @@ class LedgerSource:
 
     def with_url(self, name: str, url: str) -> LedgerSource:
         return dataclasses.replace(self, name=name, url=url)
+
+    @property
+    def parquet_path(self) -> str | None:
+        """The exported folder when ``url`` is ``parquet:PATH``, else ``None`` (a database)."""
+        return (
+            self.url.removeprefix(PARQUET_SCHEME) if self.url.startswith(PARQUET_SCHEME) else None
+        )
 
 
 DEFAULT_LEDGER = LedgerSource(name="", url="")
@@ -112,11 +122,27 @@ class ReconcileConfig:
     jdbc_partitions: int = 8
     shuffle_partitions: int = 16
     jars: tuple[str, ...] = ()
+    console_url: str | None = None  # the broker's base URL: the report links transactions there
 
     def __post_init__(self) -> None:
         if (self.store_url is None) == (self.parquet is None):
             raise ValueError("give exactly one input: a store URL or a Parquet export")
+        if self.console_url is not None:
+            check_console_url(self.console_url)
 
     @property
     def window(self) -> Window:
         return Window.for_day(self.day, look_back_ms=self.look_back_ms, as_of=self.as_of)
+
+
+def check_console_url(url: str) -> None:
+    """The base URL the report's links start with (``{url}/console/transactions/{id}``): an
+    http(s) URL with a host and without credentials -- the report is mailed and shared, so it
+    must carry no secret."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"the console URL must be http(s)://host[:port], got {url!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("the console URL must not carry a user or password: the report is shared")
+    if parts.query or parts.fragment:
+        raise ValueError(f"the console URL must be the broker's base URL, got {url!r}")

@@ -31,7 +31,7 @@ def detect(
     the transactions, the dead letters, the books): the job persists them so each is computed
     once."""
     view = keep(A.transaction_view(transactions, messages, scheduled, window))
-    dead = keep(A.dead_letters(view, dlq))
+    dead = keep(A.dead_letters(view, dlq, acks))
     books = None if ledger is None else keep(A.ledger_view(view, ledger, window, mapping))
     limits = A.Limits(window.as_of, thresholds)
     evidence = A.Evidence(view, dead, subscriptions, acks, books, limits)

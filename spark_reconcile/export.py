@@ -7,6 +7,11 @@ reconciliation never reads them).  Rows are streamed from the store in chunks; a
 day's files.  The ``reconcile-export`` row of ``export_watermarks`` then advances, when the day
 continues the days already exported, so retention may purge what is exported.
 
+A bank's ledger (``export_ledger``) goes to ``<out>/ledgers/<name>/date=YYYY-MM-DD/``: the rows
+created that day, only the columns its ``LedgerSource`` maps, under their own names, so
+``halfmq reconcile --ledger NAME=parquet:<out>/ledgers/<name>`` reads it with the same mapping and
+without a JDBC driver.
+
 Needs SQLAlchemy and pyarrow only.
 """
 
@@ -25,7 +30,7 @@ import sqlalchemy as sa
 from rich.progress import Progress, TaskID
 
 from broker_service.store import schema
-from spark_reconcile.config import DAY_MS, day_start_ms, now_ms
+from spark_reconcile.config import DAY_MS, LedgerSource, day_start_ms, now_ms
 
 BY_DAY = {"messages": "stored_at", "transactions": "created_at", "deliveries": "delivered_at"}
 SNAPSHOTS = ("subscriptions", "consumer_groups")
@@ -77,24 +82,20 @@ def _batches(
 
 def _write(
     conn: sa.Connection,
-    table: sa.Table,
-    where: sa.ColumnElement[bool] | None,
+    query: sa.Select[Any],
+    arrow: pa.Schema,
     target: Path,
     chunk_rows: int,
     progress: Progress | None,
+    label: str,
 ) -> int:
-    """Streams the rows of ``table`` (matching ``where``) into ``target``, atomically."""
-    query = sa.select(*exported_columns(table))
-    count = sa.select(sa.func.count()).select_from(table)
-    if where is not None:
-        query, count = query.where(where), count.where(where)
-    total = conn.execute(count).scalar_one()
+    """Streams the rows of ``query`` into ``target``, atomically."""
+    total = conn.execute(sa.select(sa.func.count()).select_from(query.subquery())).scalar_one()
     task: TaskID | None = None
     if progress is not None:
-        task = progress.add_task(f"{table.name} {target.parent.name}", total=total)
+        task = progress.add_task(f"{label} {target.parent.name}", total=total)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    arrow = arrow_schema(table)
     written = 0
     with pq.ParquetWriter(tmp, arrow) as writer:
         for batch in _batches(conn, query, arrow, chunk_rows):
@@ -151,12 +152,13 @@ def export_day(
     with engine.connect() as conn:
         for name in tables:
             table = schema.metadata.tables[name]
-            where = None
+            query = sa.select(*exported_columns(table))
             if name in BY_DAY:
                 column = table.c[BY_DAY[name]]
-                where = (column >= start) & (column < end)
+                query = query.where((column >= start) & (column < end))
             target = out / name / f"date={day.isoformat()}" / PART
-            rows[name] = _write(conn, table, where, target, chunk_rows, progress)
+            arrow = arrow_schema(table)
+            rows[name] = _write(conn, query, arrow, target, chunk_rows, progress, name)
             files.append(target)
         messages = schema.messages
         last_id = conn.execute(
@@ -167,3 +169,40 @@ def export_day(
     with engine.begin() as conn:
         advanced = _advance_watermark(conn, start, end, last_id)
     return Exported(day=day, rows=rows, files=tuple(files), watermark_advanced=advanced)
+
+
+def ledger_path(out: Path, name: str) -> Path:
+    """Where ``export_ledger`` puts the ledger ``name``: the folder ``parquet:`` points at."""
+    return out / "ledgers" / name
+
+
+def export_ledger(
+    engine: sa.Engine,
+    source: LedgerSource,
+    out: Path,
+    day: dt.date,
+    *,
+    chunk_rows: int = 50_000,
+    progress: Progress | None = None,
+) -> int:
+    """The rows of ``source``'s ledger created on ``day``: ids, account and direction as text,
+    amount and created time as 64-bit integers (cents and epoch ms, as the job reads them)."""
+    start = day_start_ms(day)
+    texts = [source.business_id_column, source.account_column]
+    if source.direction_column:
+        texts.append(source.direction_column)
+    numbers = [source.amount_column, source.created_at_column]
+    table = sa.table(source.table, *(sa.column(name) for name in (*texts, *numbers)))
+    created = table.c[source.created_at_column]
+    columns: list[sa.ColumnElement[Any]] = [
+        *(sa.cast(table.c[name], sa.String).label(name) for name in texts),
+        *(sa.cast(table.c[name], sa.BigInteger).label(name) for name in numbers),
+    ]
+    query = sa.select(*columns).where((created >= start) & (created < start + DAY_MS))
+    arrow = pa.schema(
+        [pa.field(name, pa.string()) for name in texts]
+        + [pa.field(name, pa.int64()) for name in numbers]
+    )
+    target = ledger_path(out, source.name) / f"date={day.isoformat()}" / PART
+    with engine.connect() as conn:
+        return _write(conn, query, arrow, target, chunk_rows, progress, f"ledger {source.name}")

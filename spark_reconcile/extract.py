@@ -1,6 +1,6 @@
-"""The extract: the broker's store (over JDBC, or its Parquet export) and the banks' ledgers
-(over JDBC) read into the frames ``anomalies`` expects, with the run's window pushed down into the
-databases' queries and big tables read in partitions."""
+"""The extract: the broker's store and the banks' ledgers (over JDBC, or their Parquet export)
+read into the frames ``anomalies`` expects, with the run's window pushed down into the databases'
+queries and big tables read in partitions."""
 
 from __future__ import annotations
 
@@ -262,16 +262,10 @@ def read_ledger(
 ) -> DataFrame:
     """One bank's ledger rows of the window as bank, business_id, account_id, amount (>= 0),
     direction (DEBIT | CREDIT), created_at."""
-    reader = JdbcReader(spark, to_jdbc(source.url), partitions)
-    created = f'"{source.created_at_column}"'
-    direction = f'"{source.direction_column}"' if source.direction_column else "NULL"
-    sql = (
-        f'SELECT "{source.business_id_column}" AS business_id, '
-        f'"{source.account_column}" AS account_id, "{source.amount_column}" AS amount, '
-        f'{direction} AS direction, {created} AS created_at FROM "{source.table}" '
-        f"WHERE {created} >= {window.read_from} AND {created} < {window.horizon}"
-    )
-    raw = reader.partitioned(sql, "created_at", (window.read_from, window.horizon))
+    if source.parquet_path is not None:
+        raw = _exported_ledger(spark, source, source.parquet_path, window)
+    else:
+        raw = _jdbc_ledger(JdbcReader(spark, to_jdbc(source.url), partitions), source, window)
     amount = F.col("amount").cast("long")
     if source.direction_column:
         side = F.when(F.col("direction") == source.debit_value, "DEBIT").when(
@@ -286,6 +280,36 @@ def read_ledger(
         F.abs(amount).alias("amount"),
         side.alias("direction"),
         F.col("created_at").cast("long"),
+    )
+
+
+def _jdbc_ledger(reader: JdbcReader, source: LedgerSource, window: Window) -> DataFrame:
+    created = f'"{source.created_at_column}"'
+    direction = f'"{source.direction_column}"' if source.direction_column else "NULL"
+    sql = (
+        f'SELECT "{source.business_id_column}" AS business_id, '
+        f'"{source.account_column}" AS account_id, "{source.amount_column}" AS amount, '
+        f'{direction} AS direction, {created} AS created_at FROM "{source.table}" '
+        f"WHERE {created} >= {window.read_from} AND {created} < {window.horizon}"
+    )
+    return reader.partitioned(sql, "created_at", (window.read_from, window.horizon))
+
+
+def _exported_ledger(
+    spark: SparkSession, source: LedgerSource, root: str, window: Window
+) -> DataFrame:
+    """``halfmq export --ledger`` output (``<root>/date=YYYY-MM-DD/*.parquet``, the table's own
+    column names): the date partitions overlapping the window, then the window's rows."""
+    first, last = _dates(window.read_from, window.horizon)
+    df = spark.read.parquet(root).where(F.col("date").between(F.lit(first), F.lit(last)))
+    created = F.col(source.created_at_column)
+    direction = F.col(source.direction_column) if source.direction_column else F.lit(None)
+    return df.where((created >= window.read_from) & (created < window.horizon)).select(
+        F.col(source.business_id_column).alias("business_id"),
+        F.col(source.account_column).alias("account_id"),
+        F.col(source.amount_column).alias("amount"),
+        direction.alias("direction"),
+        created.alias("created_at"),
     )
 
 

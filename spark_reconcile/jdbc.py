@@ -1,8 +1,8 @@
 """JDBC URLs and driver jars: from the SQLAlchemy URLs halfmq uses to what Spark's reader wants.
 
 PostgreSQL's driver comes from Debian's ``libpostgresql-jdbc-java``, SQLite's from
-``libxerial-sqlite-jdbc-java`` (both under ``/usr/share/java``); ``HALFMQ_JDBC_JARS`` or
-``--jars`` point elsewhere.  No pyspark here.
+``libxerial-sqlite-jdbc-java`` (both under ``/usr/share/java``, or ``HALFMQ_JDBC_JAR_DIR``);
+``HALFMQ_JDBC_JARS`` or ``--jars`` point elsewhere.  No pyspark here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 JARS_ENV = "HALFMQ_JDBC_JARS"
+JAR_DIR_ENV = "HALFMQ_JDBC_JAR_DIR"
 SYSTEM_JAR_DIR = Path("/usr/share/java")
+
+
+def system_jar_dir() -> Path:
+    """Where the system's driver jars are: Debian's folder unless ``HALFMQ_JDBC_JAR_DIR`` says
+    otherwise (another distribution's folder, or a missing one to prove a run needs none)."""
+    return Path(os.environ.get(JAR_DIR_ENV) or SYSTEM_JAR_DIR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +120,8 @@ def find_jars(drivers: Iterable[Driver], extra: Iterable[str] = ()) -> list[str]
         if own:
             jars.extend(own)
             continue
-        system = [SYSTEM_JAR_DIR / n for n in driver.jar_names if (SYSTEM_JAR_DIR / n).exists()]
+        folder = system_jar_dir()
+        system = [folder / n for n in driver.jar_names if (folder / n).exists()]
         if not system:
             raise MissingDriverError(_how_to_get(driver))
         jars.append(str(system[0]))
@@ -125,7 +133,7 @@ def _holds(path: str, driver: Driver) -> bool:
 
 
 def _how_to_get(driver: Driver) -> str:
-    names = " or ".join(str(SYSTEM_JAR_DIR / n) for n in driver.jar_names)
+    names = " or ".join(str(system_jar_dir() / n) for n in driver.jar_names)
     return (
         f"the {driver.kind} JDBC driver ({driver.java_class}) was not found at {names}.\n"
         f"Get it with one of:\n"

@@ -14,15 +14,18 @@ from spark_reconcile import extract, load
 from spark_reconcile.config import ReconcileConfig
 from spark_reconcile.detect import detect
 from spark_reconcile.jdbc import MissingDriverError, driver_for, find_jars
-from spark_reconcile.report import Summary, write_report
+from spark_reconcile.report import write_report
 from spark_reconcile.session import build_session
+from spark_reconcile.summary import Summary
 
-SAMPLES_PER_KIND = 20
+ROWS_PER_KIND = 1000  # the report lists every anomaly up to this many of a kind (Parquet: all)
 TREND_DAYS = 30
 
 
 def session_for(config: ReconcileConfig, driver_memory: str | None = "4g") -> SparkSession:
-    urls = [s.url for s in config.ledgers]
+    """The run's session, with the JDBC drivers of its databases; a run that reads only Parquet
+    (``--parquet`` and ``parquet:`` ledgers) needs no driver jar at all."""
+    urls = [s.url for s in config.ledgers if s.parquet_path is None]
     if config.store_url is not None:
         urls.append(config.store_url)
     drivers = list({d.kind: d for d in map(driver_for, urls)}.values())
@@ -92,7 +95,7 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         )
         counts = load.count_by_kind(found)
         load.write_anomalies(found, config.out, config.day)
-        picked = load.samples(found, SAMPLES_PER_KIND)
+        picked = load.samples(found, ROWS_PER_KIND)
     finally:
         for df in kept:
             df.unpersist()
@@ -102,9 +105,10 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         source=_source(config),
         window=dataclasses.asdict(window),
         counts=counts,
-        samples=picked,
+        rows=picked,
         trend=load.read_trend(spark, config.out, config.day, TREND_DAYS),
         ledgers=tuple(s.name for s in config.ledgers),
+        console_url=config.console_url,
     )
     directory = report_dir or Path(config.out) / "report" / f"date={config.day.isoformat()}"
     write_report(summary, directory)

@@ -66,7 +66,7 @@ NEVER: dict[str, set[str]] = {
 # -- 3. the parts of the domain -----------------------------------------------------------------
 
 SHARED = {"errors", "clock", "ids", "names", "config"}
-CONCEPTS = ("messages", "transactions", "consumers", "retention", "audit")
+CONCEPTS = ("messages", "transactions", "consumers", "retention", "audit", "brokers")
 DOMAIN_PARTS: dict[str, set[str]] = {
     "shared": {"shared"},
     "records": {"shared", "records"},
@@ -76,6 +76,7 @@ DOMAIN_PARTS: dict[str, set[str]] = {
     "consumers": {"shared", "records", "ports", "messages", "consumers"},
     "retention": {"shared", "records", "ports", "retention"},
     "audit": {"shared", "records", "ports", "audit"},
+    "brokers": {"shared", "records", "ports", "brokers"},
 }
 
 

@@ -18,10 +18,12 @@ from broker_service.api.hardening import HeaderLimits, TrustedHosts, allowed_hos
 from broker_service.api.limits import BodyLimit
 from broker_service.api.observe import RequestTimer
 from broker_service.api.routes import acl as acl_routes
+from broker_service.api.routes import brokers as broker_routes
 from broker_service.api.routes import checks, messages, ops, producers, store, topics, transactions
 from broker_service.api.routes import consumers as consumer_routes
 from broker_service.api.routes import trace as trace_routes
 from broker_service.api.schemas import bodies
+from broker_service.domain.brokers.service import PresenceService
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.messages.service import MessageService
 from broker_service.domain.ports import StoreProbe
@@ -45,6 +47,7 @@ class Served:
     store: StoreProbe  # readiness and the writer's counts
     metrics: BrokerMetrics
     pull_hub: PullHub  # woken by the check-back scheduler, waited on by pull long-polls
+    presence: PresenceService  # the brokers sharing the store
     acl: AclRuntime | None = None
     wake_checks: Callable[[], None] | None = None  # run the next check round now
 
@@ -79,12 +82,14 @@ def create_app(
     app.state.pull_hub = served.pull_hub
     app.state.acl = served.acl
     app.state.wake_checks = served.wake_checks
+    app.state.presence = served.presence
     errors.install(app)
     for module in (topics, transactions, producers, checks, messages, ops, store, acl_routes):
         app.include_router(module.router)
     app.include_router(consumer_routes.router)
     app.include_router(consumer_routes.trace_router)
     app.include_router(trace_routes.router)
+    app.include_router(broker_routes.router)
     bodies.install_schemas(app)
     # Outermost last: the request timer (the `metrics` setting), header limits, then the Host
     # check, then the body limit, then the ACL gate (which reads the body to check its signature,

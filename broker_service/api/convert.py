@@ -134,6 +134,7 @@ def transaction_out(record: TransactionRecord) -> TransactionOut:
         created_at=rfc3339(record.created_at) or "",
         resolved_at=rfc3339(record.resolved_at),
         resolved_by=record.resolved_by.value if record.resolved_by else None,
+        resolved_client=record.resolved_client,
         last_checked_at=rfc3339(record.last_checked_at),
         last_check_error=record.last_check_error,
         last_check_error_at=rfc3339(record.last_check_error_at),

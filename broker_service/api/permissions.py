@@ -268,6 +268,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # the store (retention)
     ("GET", "/v1/store/stats"): admin,
     ("POST", "/v1/store/purge"): admin,
+    ("GET", "/v1/brokers"): admin,  # the brokers sharing the store: the topology
     # the ACL itself
     ("GET", "/v1/acl"): admin,
     ("GET", "/v1/acl/version"): admin,

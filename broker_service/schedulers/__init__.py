@@ -1,2 +1,3 @@
 """Background work a broker does on its own: check-back rounds and push checks
-(:mod:`.checkback`), and releasing delayed messages when their time comes (:mod:`.delays`)."""
+(:mod:`.checkback`), releasing delayed messages when their time comes (:mod:`.delays`), purge
+rounds (:mod:`.retention`), and this broker's beat in the list of brokers (:mod:`.presence`)."""

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,29 @@ _TRACE_CONTEXT = ("traceparent", "tracestate")  # W3C trace context, as message 
 _TRACE_CONTEXT_MAX = 512  # tracestate: at most 32 members, 512 characters advised
 
 
+class RoundLog:
+    """What one round's checks did, told compactly: the first :attr:`DETAILED` checks of each
+    outcome in a round get a line each (at their own level: a failure is a WARNING), the rest are
+    only counted (and logged at DEBUG), and the round ends with one INFO line of counts by
+    outcome.  At thousands of checks a round the log stays a few lines, and a fault among them is
+    still seen."""
+
+    DETAILED = 10
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def check(self, outcome: str, level: int, message: str, *args: object) -> None:
+        self.counts[outcome] += 1
+        detailed = self.counts[outcome] <= self.DETAILED
+        log.log(level if detailed else logging.DEBUG, message, *args)
+
+    def summary(self, claimed: int) -> None:
+        if claimed or self.counts:
+            outcomes = ", ".join(f"{count} {what}" for what, count in sorted(self.counts.items()))
+            log.info("check round: %d due halves claimed; %s", claimed, outcomes or "no push")
+
+
 class CheckBackScheduler:
     def __init__(
         self,
@@ -73,6 +97,7 @@ class CheckBackScheduler:
         self._wake = asyncio.Event()
         # when each instance last received a check from this broker (monotonic seconds)
         self._received_at: dict[tuple[str, str], float] = {}
+        self._round = RoundLog()
 
     def wake(self) -> None:
         """Run the next round now (an operator asked for a check)."""
@@ -106,7 +131,7 @@ class CheckBackScheduler:
 
     async def run_round(self) -> int:
         """Claim and check every due half (in slices of ``round_max``); return how many."""
-        total = 0
+        total, self._round = 0, RoundLog()
         # Claimed in slices that are pushed at once, so that every push of a slice happens well
         # inside the claim's time-out (a slice waits at most one push time-out).
         while total < self.round_max:
@@ -117,6 +142,7 @@ class CheckBackScheduler:
             await self._push_all(report.pushes)
             if report.claimed < size:
                 break
+        self._round.summary(total)
         return total
 
     def _observe(self, report: RoundReport) -> None:
@@ -143,6 +169,7 @@ class CheckBackScheduler:
             )
         for (group, client_id), count in report.pull_assigned.items():
             self.metrics.checks.labels(outcome="assigned_pull").inc(count)
+            self._round.counts["assigned to a pull"] += count
             self.hub.notify(group, client_id)
 
     async def _push_all(self, pushes: list[PushCheck]) -> None:
@@ -232,7 +259,10 @@ class CheckBackScheduler:
         request = check.request
         self._received(check)
         self.metrics.checks.labels(outcome="answered").inc()
-        log.info(
+        answer = state if state in _ANSWERS else "UNKNOWN"
+        self._round.check(
+            f"answered {answer}",
+            logging.INFO,
             "check of %s answered %s by %s (check %d)",
             request.transaction_id,
             state or "nothing",
@@ -255,7 +285,9 @@ class CheckBackScheduler:
         """The producer received the check but gave no answer: counted, checked again later."""
         self._received(check)
         self.metrics.checks.labels(outcome="failed").inc()
-        log.warning(
+        self._round.check(
+            "failed",
+            logging.WARNING,
             "check of %s at %s failed: %s",
             check.request.transaction_id,
             check.instance.client_id,
@@ -269,7 +301,9 @@ class CheckBackScheduler:
         error = outcome.error
         busy = self._busy(check)
         self.metrics.checks.labels(outcome="undelivered").inc()
-        log.warning(
+        self._round.check(
+            "undelivered",
+            logging.WARNING,
             "check of %s not delivered to %s (%s); not counted, %s",
             check.request.transaction_id,
             check.instance.client_id,

@@ -252,6 +252,7 @@ def transaction_record(row: Row[Any] | Mapping[str, Any]) -> TransactionRecord:
         last_check_error_at=m["last_check_error_at"],
         undelivered_since=m["undelivered_since"],
         check_pending_pull=bool(m["check_pending_pull"]),
+        resolved_client=m["resolved_client"],
     )
 
 

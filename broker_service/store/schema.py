@@ -166,6 +166,8 @@ transactions = Table(
     Column("discard_reason", String(64), nullable=True),
     Column("resolved_at", Millis, nullable=True),
     Column("resolved_by", String(16), nullable=True),  # producer | check | operator
+    # The producer instance (its client_id) whose commit or rollback named it; NULL otherwise.
+    Column("resolved_client", String(255), nullable=True),
     # The queue of the real topic the message goes to on commit (chosen when the half is sent).
     Column("real_queue_id", Integer, nullable=False),
     Column("discarded_at", Millis, nullable=True),
@@ -383,4 +385,17 @@ audit_log = Table(
     Column("detail", Text, nullable=True),  # JSON object
     Column("result", String(16), nullable=False),  # ok | refused | failed
     Index("ix_audit_log_subject_id", "subject", "id"),
+)
+
+# The brokers sharing this store (broker_service.domain.brokers): each upserts its row when it
+# starts and at every presence beat; a row not seen for a day is deleted by the others' beats.
+brokers = Table(
+    "brokers",
+    metadata,
+    Column("broker_id", String(128), primary_key=True),
+    Column("address", String(255), nullable=False),  # host:port it listens on
+    Column("version", String(64), nullable=False),
+    Column("store_kind", String(16), nullable=False),  # sqlite | postgresql
+    Column("started_at", Millis, nullable=False),
+    Column("last_seen_at", Millis, nullable=False),
 )

@@ -32,6 +32,7 @@ from broker_service.store import rows
 from broker_service.store import statements as sql
 from broker_service.store.acl import AclPart
 from broker_service.store.audit import AuditPart
+from broker_service.store.brokers import BrokerPart
 from broker_service.store.checks import CheckPart
 from broker_service.store.consumers import GroupPart
 from broker_service.store.deliveries import DeliveryPart
@@ -67,7 +68,16 @@ class ResolutionRace(Exception):
     its unit read it: the batch is rolled back, and the writer runs it again undeferred."""
 
 
-class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart, RetentionPart, AuditPart):
+class SqlTx(
+    GroupPart,
+    ProgressPart,
+    DeliveryPart,
+    CheckPart,
+    AclPart,
+    RetentionPart,
+    AuditPart,
+    BrokerPart,
+):
     def __init__(self, conn: Connection, *, defer_resolutions: bool = False) -> None:
         """``defer_resolutions`` (PostgreSQL; the writer sets it for a batch of several units):
         see :meth:`resolve_transaction`."""
@@ -433,7 +443,12 @@ class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart, Retention
         return [rows.transaction_record(row) for row in result]
 
     def resolve_transaction(
-        self, transaction_id: str, state: TransactionState, at: int, by: ResolvedBy
+        self,
+        transaction_id: str,
+        state: TransactionState,
+        at: int,
+        by: ResolvedBy,
+        client: str | None = None,
     ) -> ResolveOutcome:
         """The conditional update that moves a transaction out of its open state.  Deferred
         (``defer_resolutions``), the updates of a batch's units go to PostgreSQL together when the
@@ -450,6 +465,7 @@ class SqlTx(GroupPart, ProgressPart, DeliveryPart, CheckPart, AclPart, Retention
             "b_state": state.value,
             "b_at": at,
             "b_by": by.value,
+            "b_client": client,
         }
         if self._defer_resolutions:
             self._resolutions[transaction_id] = params

@@ -180,6 +180,7 @@ resolve_transaction = Prepared(
         state=bindparam("b_state"),
         resolved_at=bindparam("b_at"),
         resolved_by=bindparam("b_by"),
+        resolved_client=bindparam("b_client"),
         next_check_at=None,
         claimed_by=None,
         claimed_until=None,

@@ -32,6 +32,9 @@ app = typer.Typer(
     help="RocketMQ-style transactional (half) messages for Python microservices.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click's own help layout: Rich's option table cuts long flag names (--transaction-check-
+    # interval-seconds, a --no- twin) at 80 columns, click's puts a long name on a line of its own
+    rich_markup_mode=None,
 )
 app.add_typer(broker.app, name="broker")
 app.add_typer(db.app, name="db")

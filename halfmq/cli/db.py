@@ -27,7 +27,12 @@ def _url(database_url: str | None) -> str:
 
 
 @app.command()
-def upgrade(database_url: UrlOption = None, revision: str = "head") -> None:
+def upgrade(
+    database_url: UrlOption = None,
+    revision: Annotated[
+        str, typer.Option(help="The Alembic revision to upgrade to (head: the newest).")
+    ] = "head",
+) -> None:
     """Apply the migrations up to REVISION (default: the newest)."""
     url = _url(database_url)
     try:

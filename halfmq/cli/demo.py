@@ -32,7 +32,11 @@ def demo(
         float, typer.Option(help="Seconds to wait for everything to settle")
     ] = 90.0,
     reconcile: Annotated[
-        bool, typer.Option("--reconcile/--no-reconcile", help="Run the Spark reconciliation")
+        bool,
+        typer.Option(
+            "--reconcile/--no-reconcile",
+            help="Run the Spark reconciliation afterwards (skipped with a note without Java)",
+        ),
     ] = True,
 ) -> None:
     """Bob's bank pays Smith's bank: the broker and both banks as real processes, thousands of

@@ -27,7 +27,7 @@ app = typer.Typer(help="List and resend a consumer group's dead letters.", no_ar
 @app.command("list")
 def list_(
     group: GroupArgument,
-    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Most dead letters to list.")] = 100,
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,

@@ -47,7 +47,10 @@ def create(
     consume_timestamp: Annotated[
         str | None, typer.Option(help="RFC 3339 time or epoch milliseconds.")
     ] = None,
-    max_reconsume_times: Annotated[int | None, typer.Option(min=0)] = None,
+    max_reconsume_times: Annotated[
+        int | None,
+        typer.Option(min=0, help="Retries before the DLQ (none: the broker's default, 16)."),
+    ] = None,
     orderly: Annotated[bool, typer.Option("--orderly", help="Strict order per queue.")] = False,
     broker: BrokerOption = DEFAULT_BROKER,
     as_json: JsonOption = False,

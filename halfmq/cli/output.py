@@ -9,6 +9,7 @@ variables) every request is signed (:mod:`halfmq.cli.credentials`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -16,7 +17,8 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.console import Console, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -193,8 +195,13 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def cell(value: Any) -> Text:
-    """A value as plain text: user data is never read as Rich markup."""
+_ISO_TIME = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?")
+
+
+def cell(value: Any, *, to_the_second: bool = False) -> Text:
+    """A value as plain text: user data is never read as Rich markup.  An RFC 3339 time shows
+    its date and time apart (``2026-11-21 10:00:00.123Z``), so a narrow column wraps it between
+    them rather than inside either; ``to_the_second`` drops its fraction (a table's rows)."""
     if value is None or value == [] or value == {}:
         return Text("-", style="dim")
     if isinstance(value, bool):
@@ -203,6 +210,8 @@ def cell(value: Any) -> Text:
         return Text(", ".join(str(v) for v in value))
     if isinstance(value, dict):
         return Text(", ".join(f"{k}={v}" for k, v in value.items()))
+    if isinstance(value, str):
+        return Text(_ISO_TIME.sub(r"\1 \2" if to_the_second else r"\1 \2\3", value))
     return Text(str(value))
 
 
@@ -219,20 +228,61 @@ def fields_panel(title: str, fields: Sequence[tuple[str, Any]]) -> Panel:
 def table(
     title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, count: bool = True
 ) -> Table:
-    """Objects as a table, one row each.
+    """Objects as a table, one row each (see :class:`WordWrapTable` for how it fits).
 
     Columns named ``... id`` keep every character on one line (ids are copied into the next
-    command); the others fold onto more lines when the terminal is narrow.
+    command).  A word wider than its whole column is shortened with an ellipsis, on its line.
+    Times are to the second (``show`` commands give the milliseconds).
     """
-    cells = [[v if isinstance(v, Text) else cell(v) for v in row] for row in rows]
+    cells = [
+        [v if isinstance(v, Text) else cell(v, to_the_second=True) for v in row] for row in rows
+    ]
     caption = f"{len(rows)} shown" if count else None
-    grid = Table(title=Text(title), title_justify="left", caption=caption)
-    for index, name in enumerate(columns):
-        if name.endswith(" id"):
-            widest = max((c[index].cell_len for c in cells), default=0)
-            grid.add_column(name, no_wrap=True, min_width=max(widest, len(name)))
-        else:
-            grid.add_column(name, overflow="fold")
+    grid = WordWrapTable(cells, title=Text(title), title_justify="left", caption=caption)
+    for name in columns:
+        grid.add_column(name, no_wrap=name.endswith(" id"), overflow="ellipsis")
     for row in cells:
         grid.add_row(*row)
     return grid
+
+
+class WordWrapTable(Table):
+    """A table that wraps its cells between words, never inside one.
+
+    Rich shrinks the columns of a table that is too wide for the terminal evenly, whatever they
+    hold, and then folds or cuts words (``transfers`` as ``transf`` / ``ers``).  This one measures
+    at each render: every column gets at least its longest word (an id column its whole id), and
+    the room left goes to the columns in proportion to how much more they could use.  Only when
+    even the longest words do not fit side by side is it left to Rich.
+    """
+
+    def __init__(self, cells: Sequence[Sequence[Text]], **options: Any) -> None:
+        super().__init__(**options)
+        self.cells = cells
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = _word_widths(
+            [column.header for column in self.columns], self.cells, options.max_width
+        )
+        for column, width in zip(self.columns, widths or [None] * len(self.columns), strict=True):
+            column.width = width
+        yield from super().__rich_console__(console, options)
+
+
+def _word_widths(
+    headers: Sequence[Any], cells: Sequence[Sequence[Text]], width: int
+) -> list[int | None] | None:
+    """Widths that let every word of ``cells`` and ``headers`` stand whole in ``width`` columns;
+    None when every line fits as it is, or when the words themselves do not."""
+    room = width - (3 * len(headers) + 1)  # a border and a space each side per column
+    columns = [[Text(str(h)), *(row[i] for row in cells)] for i, h in enumerate(headers)]
+    words = [max(_longest_word(t) for t in column) for column in columns]
+    lines = [max(t.cell_len for t in column) for column in columns]
+    if sum(lines) <= room or sum(words) > room:
+        return None
+    spare, wants = room - sum(words), [line - word for line, word in zip(lines, words, strict=True)]
+    return [word + spare * want // sum(wants) for word, want in zip(words, wants, strict=True)]
+
+
+def _longest_word(text: Text) -> int:
+    return max((cell_len(word) for word in text.plain.split()), default=0)

@@ -209,6 +209,7 @@ def render_transaction(record: Json) -> RenderableType:
         ("created", record["created_at"]),
         ("resolved", record.get("resolved_at")),
         ("resolved_by", record.get("resolved_by")),
+        ("resolved_client", record.get("resolved_client")),
     ]
     return fields_panel(f"transaction {record['transaction_id']}", fields)
 

@@ -6,7 +6,7 @@ functions that find them.
 * ``rows``       the row every kind reports (``ANOMALY_COLUMNS``), one kind or several in one pass
 * ``view``       the view of the day's transactions (the store kinds' source), ``business_id``
 * ``store``      halves, op records, real messages: six kinds on the view
-* ``consumers``  acks and dead letters: two kinds
+* ``consumers``  acks and dead letters: three kinds (one of them informational)
 * ``ledgers``    the banks' books: five kinds
 * ``registry``   ``REGISTRY``, every kind in report order; ``KINDS``, ``SEVERITY``, ``find_all``
 * ``topics``     the broker's system topics
@@ -16,12 +16,23 @@ The names below are the ones the rest of ``spark_reconcile`` and its tests impor
 
 from spark_reconcile.anomalies.consumers import (
     ACK_LAG,
+    DEAD_LETTER_RESOLVED,
     DEAD_LETTERED,
     ack_lag,
+    dead_letter_resolved,
     dead_lettered,
     dead_letters,
 )
-from spark_reconcile.anomalies.kind import CRITICAL, WARNING, Check, Evidence, Kind, Limits
+from spark_reconcile.anomalies.kind import (
+    CRITICAL,
+    INFO,
+    SEVERITIES,
+    WARNING,
+    Check,
+    Evidence,
+    Kind,
+    Limits,
+)
 from spark_reconcile.anomalies.ledgers import (
     AMOUNT_MISMATCH,
     CREDIT_FOR_ROLLED_BACK,
@@ -72,12 +83,14 @@ __all__ = [
     "CREDIT_WITHOUT_DEBIT",
     "CRITICAL",
     "DEAD_LETTERED",
+    "DEAD_LETTER_RESOLVED",
     "DEBIT_WITHOUT_CREDIT",
     "DISCARDED",
     "DLQ_PREFIX",
     "DOUBLE_CREDIT",
     "DUPLICATE_REAL",
     "HALF_TOPIC",
+    "INFO",
     "KINDS",
     "OP_TOPIC",
     "REAL_WITHOUT_COMMIT",
@@ -85,6 +98,7 @@ __all__ = [
     "RETRY_PREFIX",
     "ROLLBACK_WITH_REAL",
     "SCHEDULE_TOPIC",
+    "SEVERITIES",
     "SEVERITY",
     "STUCK",
     "VIEW_TRANSACTION_COLUMNS",
@@ -100,6 +114,7 @@ __all__ = [
     "commit_without_real",
     "credit_for_rolled_back",
     "credit_without_debit",
+    "dead_letter_resolved",
     "dead_lettered",
     "dead_letters",
     "debit_without_credit",

@@ -1,4 +1,5 @@
-"""The consumers' kinds: real messages a subscribed group has not acked, or gave up on.
+"""The consumers' kinds: real messages a subscribed group has not acked, or gave up on (and
+the dead letters it consumed after all, once resent).
 
 Inputs besides the view (columns as in the broker's store):
 
@@ -6,10 +7,14 @@ Inputs besides the view (columns as in the broker's store):
 * ``subscriptions`` consumer_group, topic, expression, created_at
 * ``acks``          consumer_group, msg_id (deliveries in state ACKED)
 
-``dead_letters`` pairs the day's real messages with their dead-letter copies (the ``DEAD_LETTERS``
-source, persisted by the job: ``ack_lag`` reads it too); the ``PENDING_ACKS`` source is what a
-subscribed group should have acked by now and has not.  ``ack_lag`` and ``dead_lettered`` apply
-one kind alone.
+``dead_letters`` pairs the day's real messages with their dead-letter copies and says whether the
+group acked the message after all (the ``DEAD_LETTERS`` source, persisted by the job: ``ack_lag``
+reads it too); the ``PENDING_ACKS`` source is what a subscribed group should have acked by now
+and has not.  ``ack_lag``, ``dead_lettered`` and ``dead_letter_resolved`` apply one kind alone.
+
+A dead letter is resolved when its group acked the message: a group that gave up on a message
+only gets it again when an operator resends it from ``%DLQ%{group}`` (the copy goes back through
+``%RETRY%{group}`` with the same msg id, and its ack is a ``deliveries`` row in state ACKED).
 """
 
 from __future__ import annotations
@@ -17,7 +22,16 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_reconcile.anomalies.kind import UNTIMED, WARNING, Check, Evidence, Kind, Limits, Source
+from spark_reconcile.anomalies.kind import (
+    INFO,
+    UNTIMED,
+    WARNING,
+    Check,
+    Evidence,
+    Kind,
+    Limits,
+    Source,
+)
 from spark_reconcile.anomalies.rows import rows_of
 from spark_reconcile.anomalies.topics import DLQ_PREFIX
 from spark_reconcile.config import Thresholds
@@ -25,11 +39,13 @@ from spark_reconcile.scenario import Scenario
 
 ACK_LAG = "ack_lag"
 DEAD_LETTERED = "dead_lettered"
+DEAD_LETTER_RESOLVED = "dead_letter_resolved"
 
 
-def dead_letters(view: DataFrame, dlq: DataFrame) -> DataFrame:
+def dead_letters(view: DataFrame, dlq: DataFrame, acks: DataFrame) -> DataFrame:
     """Dead-letter copies of the day's real messages: consumer_group, msg_id and when, matched on
-    the msg id or on ``origin_id`` pointing at the real message."""
+    the msg id or on ``origin_id`` pointing at the real message; ``acked`` when the group acked
+    the message (after a resend)."""
     copies = dlq.where(F.col("topic").startswith(DLQ_PREFIX)).select(
         F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})").alias("consumer_group"),
         F.col("msg_id").alias("dlq_msg_id"),
@@ -39,10 +55,20 @@ def dead_letters(view: DataFrame, dlq: DataFrame) -> DataFrame:
     real = view.where(F.col("real_count") > 0)
     by_msg = real.join(F.broadcast(copies), real["msg_id"] == copies["dlq_msg_id"])
     by_origin = real.join(F.broadcast(copies), real["real_id"] == copies["origin_id"])
-    return (
+    pairs = (
         by_msg.unionByName(by_origin)
         .groupBy("transaction_id", "msg_id", "keys", "created_at", "consumer_group")
         .agg(F.min("dlq_at").alias("dlq_at"))
+    )
+    # The dead letters are few: the acks are scanned once against them, not joined whole.
+    acked = (
+        acks.select("consumer_group", "msg_id")
+        .join(F.broadcast(pairs.select("consumer_group", "msg_id")), ["consumer_group", "msg_id"])
+        .distinct()
+        .withColumn("acked", F.lit(True))
+    )
+    return pairs.join(acked, ["consumer_group", "msg_id"], "left").withColumn(
+        "acked", F.coalesce(F.col("acked"), F.lit(False))
     )
 
 
@@ -90,7 +116,7 @@ def _dead(evidence: Evidence) -> DataFrame:
 
 
 PENDING_ACKS = Source("pending acks", _pending_acks)
-DEAD_LETTERS = Source("dead letters", _dead)
+DEAD_LETTERS = Source("dead letters", _dead, one_pass=True)  # not acked, or acked after all
 
 
 def _ack_lag(limits: Limits) -> Check:
@@ -105,9 +131,17 @@ def _ack_lag(limits: Limits) -> Check:
 
 
 def _dead_lettered(limits: Limits) -> Check:
-    """A committed message a group gave up on (every row of ``DEAD_LETTERS``)."""
+    """A committed message a group gave up on and has not acked since."""
     reason = F.format_string("dead-lettered by group %s", F.col("consumer_group"))
-    return Check(None, reason, F.col("dlq_at"), consumer_group=F.col("consumer_group"))
+    return Check(~F.col("acked"), reason, F.col("dlq_at"), consumer_group=F.col("consumer_group"))
+
+
+def _dead_letter_resolved(limits: Limits) -> Check:
+    """A dead letter its group acked after all: resent from the DLQ and consumed."""
+    reason = F.format_string(
+        "dead-lettered by group %s, then resent and acked by it", F.col("consumer_group")
+    )
+    return Check(F.col("acked"), reason, F.col("dlq_at"), consumer_group=F.col("consumer_group"))
 
 
 KINDS = (
@@ -119,6 +153,7 @@ KINDS = (
             " to its topic (and tag) when it was stored, older than `--lag-after`;"
             " one row per group"
         ),
+        action="look at the group in the console: are its consumers up, behind, or failing on this message? It clears once they ack it",
         source=PENDING_ACKS,
         check=_ack_lag,
         plant=Scenario(delivery="EXPIRED"),
@@ -128,11 +163,30 @@ KINDS = (
         severity=WARNING,
         description=(
             "a copy of the real message in `%DLQ%{group}` (same msg id, or `origin_id` = the"
-            " real message); not also reported as lag"
+            " real message) and no ack of it by the group; not also reported as lag"
+        ),
+        action=(
+            "fix what made the consumer fail (its log), then resend the message from the"
+            " group's dead letters in the console"
         ),
         source=DEAD_LETTERS,
         check=_dead_lettered,
         plant=Scenario(delivery="NACKED", dead_letter=True, debit=False, credits=0),
+    ),
+    Kind(
+        name=DEAD_LETTER_RESOLVED,
+        severity=INFO,
+        description=(
+            "a dead letter (as `dead_lettered`) that its group acked after all: an operator"
+            " resent it from `%DLQ%{group}` and the group consumed it"
+        ),
+        action=(
+            "nothing: resolved, listed so the day's resends can be traced; check the business"
+            " effect happened once if in doubt"
+        ),
+        source=DEAD_LETTERS,
+        check=_dead_letter_resolved,
+        plant=Scenario(dead_letter=True),
     ),
 )
 _BY_NAME = {kind.name: kind for kind in KINDS}
@@ -154,3 +208,7 @@ def ack_lag(
 
 def dead_lettered(dead: DataFrame) -> DataFrame:
     return rows_of(dead, _BY_NAME[DEAD_LETTERED], UNTIMED)
+
+
+def dead_letter_resolved(dead: DataFrame) -> DataFrame:
+    return rows_of(dead, _BY_NAME[DEAD_LETTER_RESOLVED], UNTIMED)

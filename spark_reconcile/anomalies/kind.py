@@ -17,8 +17,10 @@ from pyspark.sql import Column, DataFrame
 from spark_reconcile.config import Thresholds
 from spark_reconcile.scenario import Scenario
 
-CRITICAL = "critical"
-WARNING = "warning"
+CRITICAL = "critical"  # money or messages are wrong: exit 2, page someone
+WARNING = "warning"  # something is late or missing and may need a hand: exit 1
+INFO = "info"  # worth knowing, nothing to do (e.g. a dead letter resent and consumed): exit 0
+SEVERITIES = (CRITICAL, WARNING, INFO)  # most urgent first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +72,13 @@ class Source:
 @dataclasses.dataclass(frozen=True)
 class Kind:
     """One anomaly kind: its name (the ``kind`` column and partition), its severity, what it
-    means (the table of docs/reconcile.md), where and how it is found, and the scenario with which
-    the generator plants one."""
+    means and what an operator does about one (the table of docs/reconcile.md and the report's
+    legend), where and how it is found, and the scenario with which the generator plants one."""
 
     name: str
     severity: str
     description: str
+    action: str
     source: Source
     check: Callable[[Limits], Check]
     plant: Scenario

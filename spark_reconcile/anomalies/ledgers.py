@@ -141,6 +141,7 @@ KINDS = (
             "the ledgers show a debit and no credit for the business id, older than"
             " `--credit-after`"
         ),
+        action="the money left one bank and has not reached the other: look for `ack_lag` or `dead_lettered` rows of the same transaction and the consumer's log; credit by hand only once sure it will not arrive",
         source=BOOKS,
         check=_debit_without_credit,
         plant=Scenario(credits=0),
@@ -151,6 +152,7 @@ KINDS = (
         description=(
             "a credit and no debit (unless the transfer was rolled back: `credit_for_rolled_back`)"
         ),
+        action="money credited that nobody debited: hold or reverse the credit and find what wrote it",
         source=BOOKS,
         check=_credit_without_debit,
         plant=Scenario(debit=False),
@@ -159,6 +161,7 @@ KINDS = (
         name=AMOUNT_MISMATCH,
         severity=CRITICAL,
         description="a credit whose amount is not the sum debited",
+        action="correct the credit to the amount debited and find why the consumer changed it",
         source=BOOKS,
         check=_amount_mismatch,
         plant=Scenario(credit_extra=1),
@@ -169,6 +172,7 @@ KINDS = (
         description=(
             "a credit for a transfer whose transaction has a ROLLBACK op or state ROLLED_BACK"
         ),
+        action="reverse the credit: the transfer was rolled back, its debit never stood",
         source=BOOKS,
         check=_credit_for_rolled_back,
         plant=Scenario(state="ROLLED_BACK", decision="ROLLBACK", reals=0, debit=False),
@@ -177,6 +181,7 @@ KINDS = (
         name=DOUBLE_CREDIT,
         severity=CRITICAL,
         description="more than one credit for one business id",
+        action="reverse the extra credits and make the consumer idempotent (dedupe on the business id)",
         source=BOOKS,
         check=_double_credit,
         plant=Scenario(credits=2),

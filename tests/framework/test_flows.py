@@ -156,7 +156,11 @@ def test_a_pulled_check_is_answered_from_check_unless_unknow(
     _, seen = walk(producer.pulled_check_flow(check), a_broker)
     assert _paths(seen) == ["invoke", "/v1/transactions/tx-1/rollback"]
     assert isinstance(seen[1], Call)
-    assert seen[1].body == {"producer_group": "bank", "from_check": True}
+    assert seen[1].body == {
+        "producer_group": "bank",
+        "from_check": True,
+        "client_id": producer.client_id,
+    }
     _, seen = walk(producer.pulled_check_flow(check), a_broker)
     assert _paths(seen) == ["invoke"]
 

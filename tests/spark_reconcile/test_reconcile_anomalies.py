@@ -309,7 +309,7 @@ def test_ack_lag_per_subscribed_group(frame: Any) -> None:
         [("g1", "m-acked"), ("tag_a", "m-acked"), ("tag_a", "m-lagging")],
     )
     view = s.view(frame)
-    dead = A.dead_letters(view, s.frame(frame))
+    dead = A.dead_letters(view, s.frame(frame), acks)
     lag = A.ack_lag(view, subs, acks, dead, as_of=AS_OF, older_than=HOUR_MS)
     pairs = {(r["transaction_id"], r["consumer_group"]) for r in lag.collect()}
     assert pairs == {("lagging", "g1"), ("dead", "tag_a")}
@@ -324,10 +324,41 @@ def test_dead_lettered_by_msg_id_or_origin(frame: Any) -> None:
     s._message("%DLQ%g2", None, T + 9000, msg_id="copy-1", origin_id=real_id)
     s._message("%RETRY%g1", None, T + 9000, msg_id="m-fine")
     view = s.view(frame)
-    dead = A.dead_lettered(A.dead_letters(view, s.frame(frame)))
+    _, acks = _consumers(frame, [], [])
+    dead = A.dead_lettered(A.dead_letters(view, s.frame(frame), acks))
     assert {(r["transaction_id"], r["consumer_group"]) for r in dead.collect()} == {
         ("by_msg", "g1"),
         ("by_origin", "g2"),
+    }
+
+
+def test_a_dead_letter_resent_and_acked_is_resolved_not_dead_lettered(frame: Any) -> None:
+    """The group acked its dead letter after a resend: ``dead_letter_resolved`` (info); one not
+    resent, or acked only by another group, stays ``dead_lettered`` (warning)."""
+    s = Store()
+    for tx in ("resent", "forgotten", "other_group"):
+        s.committed(tx)
+        s._message("%DLQ%g1", None, T + 9000, msg_id=f"m-{tx}")
+    s._message("%RETRY%g1", None, T + 20_000, msg_id="m-resent")  # the resend's copy
+    subs, acks = _consumers(
+        frame, [("g1", "transfer", "*", 0)], [("g1", "m-resent"), ("g2", "m-other_group")]
+    )
+    view = s.view(frame)
+    dead = A.dead_letters(view, s.frame(frame), acks)
+    resolved = A.dead_letter_resolved(dead).collect()
+    assert [(r["transaction_id"], r["consumer_group"], r["severity"]) for r in resolved] == [
+        ("resent", "g1", A.INFO)
+    ]
+    assert resolved[0]["reason"] == "dead-lettered by group g1, then resent and acked by it"
+    assert found(A.dead_lettered(dead)) == {"forgotten", "other_group"}
+    lag = A.ack_lag(view, subs, acks, dead, as_of=AS_OF, older_than=HOUR_MS)
+    assert found(lag) == set()  # dead-lettered or acked: none of them is also lagging
+    evidence = A.Evidence(view, dead, subs, acks, None, LIMITS)
+    every = {(r["kind"], r["transaction_id"]) for df in A.find_all(evidence) for r in df.collect()}
+    assert every == {
+        (A.DEAD_LETTER_RESOLVED, "resent"),
+        (A.DEAD_LETTERED, "forgotten"),
+        (A.DEAD_LETTERED, "other_group"),
     }
 
 
@@ -416,7 +447,8 @@ def test_a_kind_declared_once_is_found_alone_or_in_one_pass_with_its_group(frame
     s.committed("late")
     s._message("%DLQ%g1", None, T + 9000, msg_id="m-early")
     s._message("%DLQ%g2", None, AS_OF - 60_000, msg_id="m-late")
-    dead = A.dead_letters(s.view(frame), s.frame(frame))
+    _, acks = _consumers(frame, [], [])
+    dead = A.dead_letters(s.view(frame), s.frame(frame), acks)
 
     def late_check(limits: A.Limits) -> A.Check:
         found = F.col("dlq_at") > limits.as_of - HOUR_MS
@@ -426,6 +458,7 @@ def test_a_kind_declared_once_is_found_alone_or_in_one_pass_with_its_group(frame
         name="late_dead_letter",
         severity=A.CRITICAL,
         description="a dead letter of the last hour",
+        action="look at it",
         source=_registered(A.DEAD_LETTERED).source,
         check=late_check,
         plant=Scenario(),
@@ -451,7 +484,8 @@ def test_find_all_skips_the_ledger_kinds_without_books(frame: Any) -> None:
     books = _books(frame, s, [credit("nodebit")])
 
     def kinds_found(books: Any) -> set[tuple[str, str]]:
-        evidence = A.Evidence(view, A.dead_letters(view, s.frame(frame)), subs, acks, books, LIMITS)
+        dead = A.dead_letters(view, s.frame(frame), acks)
+        evidence = A.Evidence(view, dead, subs, acks, books, LIMITS)
         found = [r for df in A.find_all(evidence) for r in df.collect()]
         return {(r["kind"], r["transaction_id"]) for r in found}
 

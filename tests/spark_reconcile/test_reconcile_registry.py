@@ -29,6 +29,7 @@ REPORTED = {
     "duplicate_real": "critical",
     "ack_lag": "warning",
     "dead_lettered": "warning",
+    "dead_letter_resolved": "info",
     "debit_without_credit": "warning",
     "credit_without_debit": "critical",
     "amount_mismatch": "critical",
@@ -57,15 +58,23 @@ def test_each_family_reads_one_source() -> None:
 
 
 def documented_kinds() -> list[tuple[str, ...]]:
-    """(kind, severity, found when) of the kinds' table in docs/reconcile.md, in its order."""
+    """(kind, severity, found when, what to do) of the kinds' table in docs/reconcile.md, in
+    its order."""
     text = DOCS.read_text()
-    table = text[text.index("| kind | severity | found when |") :].split("\n\n")[0]
-    row = re.compile(r"^\| `(\w+)` \| (?:\*\*)?(\w+)(?:\*\*)? \| (.+) \|$")
+    table = text[text.index("| kind | severity | found when | what to do |") :].split("\n\n")[0]
+    row = re.compile(r"^\| `(\w+)` \| (?:\*\*)?(\w+)(?:\*\*)? \| (.+?) \| (.+) \|$")
     return [m.groups() for line in table.splitlines() if (m := row.match(line))]
 
 
 def test_the_documented_table_is_the_registry() -> None:
-    assert documented_kinds() == [(k.name, k.severity, k.description) for k in A.REGISTRY]
+    documented = [(k.name, k.severity, k.description, k.action) for k in A.REGISTRY]
+    assert documented_kinds() == documented
+
+
+def test_every_kind_says_what_to_do_and_has_a_known_severity() -> None:
+    for kind in A.REGISTRY:
+        assert kind.action.strip(), kind.name
+        assert kind.severity in A.SEVERITIES, kind.name
 
 
 def test_the_generator_plants_each_kind_as_declared() -> None:

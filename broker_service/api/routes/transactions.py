@@ -59,6 +59,7 @@ async def _resolve(
         by,
         guard,
         actor=getattr(request.state, "access_key", None),  # an operator's, with the ACL on
+        client_id=body.client_id,
         pull_answer=body.from_check,
     )
     metrics = metrics_of(request)

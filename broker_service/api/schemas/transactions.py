@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StrictBool, field_validator
 
@@ -11,6 +11,7 @@ from broker_service.api.schemas.common import (
     USER_TOPIC_SCHEMA,
     Name,
     Strict,
+    Text,
     json_number,
 )
 from broker_service.api.schemas.messages import MessageIn
@@ -38,6 +39,11 @@ class DecisionIn(Strict):
         None, description="The half's producer group; may be left out by an operator"
     )
     from_check: StrictBool = False
+    client_id: Annotated[Text, Field(min_length=1, max_length=255)] | None = Field(
+        None,
+        description="The producer instance that decides (the client_id it heartbeats with): "
+        "the message trace's COMMITTED / ROLLED_BACK event names it",
+    )
 
 
 class ResolutionOut(BaseModel):
@@ -59,6 +65,9 @@ class TransactionOut(BaseModel):
     created_at: str
     resolved_at: str | None = None
     resolved_by: Literal["producer", "check", "operator"] | None = None
+    resolved_client: str | None = Field(
+        None, description="The client_id the deciding commit or rollback named"
+    )
     last_checked_at: str | None = Field(None, description="When a check last reached an instance")
     last_check_error: str | None = Field(
         None,

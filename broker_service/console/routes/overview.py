@@ -1,5 +1,5 @@
-"""The overview: the store, the rates, the halves waiting by age, the dead letters (not yet
-resent, per group), the size."""
+"""The overview: the brokers sharing the store, the store, the rates, the halves waiting by age,
+the dead letters (not yet resent, per group), the size."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from fastapi import Request, Response
 
 from broker_service.console.routes.common import router
 from broker_service.console.web import console_of, is_admin, render
+from broker_service.domain.brokers.service import PresenceService
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.messages.service import MessageService
 from broker_service.domain.retention.service import RetentionService
@@ -29,9 +30,11 @@ async def overview(request: Request) -> Response:
     consumers: ConsumerService = app.consumers
     dead = (await consumers.backlog()).dead
     stats = await retention.stats()
+    presence: PresenceService = app.presence
     settings = console_of(request).settings
     figures = {
         "store_kind": "SQLite" if settings.is_sqlite else "PostgreSQL",
+        "brokers": await presence.brokers(),  # live ones first
         "pending": [(ms // 1000, pending.get(ms, 0)) for ms in AGES_MS],
         "dead": {group: n for group, n in sorted(dead.items()) if n},
         "dead_total": sum(dead.values()),

@@ -1,7 +1,8 @@
 """A message's trace: what happened to it, from the rows that record it.
 
 Message-side events come from its copies (the half, the real message) and its transaction
-(decided -- by the producer, the instance that answered a check, or an operator -- and discarded);
+(decided -- by the producer instance that committed, the one that answered a check, or an
+operator -- and discarded);
 consumer-side events from its ``deliveries`` (DELIVERED, ACKED, NACKED) and from the
 ``trace_events`` the broker writes where no row records the moment (CHECKED, RESUMED, RETRIED,
 DEAD, RESENT, orderly NACKED, operator actions), and the clients' own reports (CLIENT_PUB,
@@ -68,6 +69,7 @@ def trace(msg_id: str, broker_id: str) -> Callable[[StoreTx], list[TraceEvent]]:
                 by = record.check_client_id  # the instance whose answer decided it
             elif by == "producer":
                 how["producer_group"] = record.producer_group
+                by = record.resolved_client or by  # the instance, when its request named it
             events.append(TraceEvent(record.resolved_at, decided, by, how))
         if record is not None and record.discarded_at is not None:
             reason = {"reason": record.discard_reason}

@@ -8,6 +8,7 @@
 :class:`AdminStore`       the ACL's nonces and published versions
 :class:`RetentionStore`   the purge: queue heads, readers' positions, bounded deletes
 :class:`AuditStore`       the console's audit log of operator actions
+:class:`BrokerStore`      the brokers sharing the store, each seen at its beats
 ========================  =================================================================
 
 A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Store` runs units
@@ -16,6 +17,7 @@ A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Stor
 
 from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.audit import AuditStore
+from broker_service.domain.ports.brokers import BrokerStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
@@ -35,6 +37,7 @@ from broker_service.domain.ports.transactions import ResolveOutcome, Transaction
 __all__ = [
     "AdminStore",
     "AuditStore",
+    "BrokerStore",
     "CheckStore",
     "ConsumerStore",
     "MessageQuery",

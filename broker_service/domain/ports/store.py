@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.audit import AuditStore
+from broker_service.domain.ports.brokers import BrokerStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageStore
@@ -37,6 +38,7 @@ class StoreTx(
     AdminStore,
     RetentionStore,
     AuditStore,
+    BrokerStore,
     Protocol,
 ):
     """One store transaction: every role a unit of work may use."""

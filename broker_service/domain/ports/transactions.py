@@ -56,7 +56,9 @@ class TransactionStore(Protocol):
         state: TransactionState,
         at: int,
         by: ResolvedBy,
+        client: str | None = None,
     ) -> ResolveOutcome:
         """Move a PREPARED or DISCARDED transaction, which this unit has just read, to
-        ``state``: the one conditional update that lets only one decision win."""
+        ``state``: the one conditional update that lets only one decision win.  ``client``: the
+        producer instance that asked (its ``client_id``), kept by the same update."""
         ...

@@ -167,14 +167,17 @@ class Transactions:
         may_end: Callable[[TransactionRecord], None] | None = None,
         *,
         actor: str | None = None,
+        client: str | None = None,
         pull_answer: bool = False,
         trace: bool = True,
     ) -> TransactionUnit[Resolution]:
         """``may_end``: the caller's own condition on the transaction (the ACL's need on its
         topic), checked once it is read; it raises a ``DomainError`` to refuse.  The unit names
         the transaction it looks up, so that a store may read those of many commits at once.
-        ``actor``: an operator's access key (ACL on); ``pull_answer``: a pull instance answering
-        its check, traced as ``CHECKED`` when ``trace``."""
+        ``actor``: an operator's access key (ACL on); ``client``: the producer instance that
+        asks (its ``client_id``), kept by the resolving update itself (no statement more);
+        ``pull_answer``: a pull instance answering its check, traced as ``CHECKED`` when
+        ``trace``."""
 
         def unit(tx: StoreTx) -> Resolution:
             found = tx.transaction_with_half(transaction_id)
@@ -207,7 +210,7 @@ class Transactions:
                     transaction_id=transaction_id,
                 )
             now = self.clock()
-            outcome = tx.resolve_transaction(transaction_id, decision.final_state, now, by)
+            outcome = tx.resolve_transaction(transaction_id, decision.final_state, now, by, client)
             if outcome is ResolveOutcome.NOT_OPEN:
                 # Another broker (or request) won the race since we read: answer as a repeat.
                 return self._answer_repeat(tx, self._get(tx, transaction_id), decision)

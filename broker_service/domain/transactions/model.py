@@ -54,6 +54,7 @@ class TransactionRecord(NamedTuple):
     last_check_error_at: int | None = None
     undelivered_since: int | None = None
     check_pending_pull: bool = False
+    resolved_client: str | None = None  # the instance whose commit or rollback named itself
 
 
 @dataclass(frozen=True, slots=True)

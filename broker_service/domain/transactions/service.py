@@ -77,10 +77,13 @@ class TransactionService:
         may_end: Callable[[TransactionRecord], None] | None = None,
         *,
         actor: str | None = None,
+        client_id: str | None = None,
         pull_answer: bool = False,
     ) -> Resolution:
-        """``actor``: the operator's access key (ACL on); ``pull_answer``: a pull instance's
-        answer to its check (``from_check`` over REST), traced as its ``CHECKED`` event."""
+        """``actor``: the operator's access key (ACL on); ``client_id``: the producer instance
+        that asks, when it says (kept as the transaction's ``resolved_client``); ``pull_answer``:
+        a pull instance's answer to its check (``from_check`` over REST), traced as its
+        ``CHECKED`` event."""
         trace = self.checkback.policy.trace
         unit = self.transactions.resolve(
             transaction_id,
@@ -89,6 +92,7 @@ class TransactionService:
             by,
             may_end,
             actor=actor,
+            client=client_id,
             pull_answer=pull_answer,
             trace=trace,
         )
