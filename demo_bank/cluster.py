@@ -32,7 +32,7 @@ BROKER_SETTINGS = {
     "producer_expiry_seconds": "3",
     "message_delay_level": DELAY_LEVELS,
     "receive_poll_seconds": "0.2",
-    "log_level": "warning",
+    "log_level": "info",  # broker.log: start, settings, check rounds, discards, faults
 }
 
 

@@ -91,6 +91,12 @@ def test_demo_reconciles_sqlite_without_apt_get_or_jdbc_jars(tmp_path: Path) -> 
     exported = {bank: int(n) for bank, n in re.findall(r"ledger (bob|smith) (\d+)", log)}
     assert exported.keys() == {"bob", "smith"}, log
     assert min(exported.values()) > 0, log
+    # The broker's log says what an operator wants: its start, when it is ready, its check
+    # rounds (it is restarted once: two starts).
+    broker_log = (tmp_path / "run" / "broker.log").read_text()
+    assert broker_log.count("broker starting: halfmq") == 2, broker_log
+    assert "broker ready on" in broker_log, broker_log
+    assert "check round:" in broker_log, broker_log
 
 
 def test_demo_without_java_says_so_once_and_checks_every_invariant(tmp_path: Path) -> None:
