@@ -5,7 +5,9 @@ broker's store and of both ledgers as Parquet (pyarrow, from PyPI), and the job 
 machine needs Java for Spark, but no driver jar from a system package manager.  On PostgreSQL the
 job reads the three databases over JDBC, as it does in production.
 
-Without Java the job is skipped, never failed: the run's proof does not depend on it."""
+Without a Java Spark can start -- none at all, one older than 17 (pyspark 4 needs 17), or a
+``java`` that does not answer ``java -version`` (macOS's ``/usr/bin/java`` stub without a JDK) --
+the job is skipped, never failed: the run's proof does not depend on it."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,12 +26,16 @@ from typing import Any
 from demo_bank.stores import Stores
 
 TIMEOUT = 600
-JAVA_MISSING = "Java is not installed (Spark needs Java 17)"
+JAVA_NEEDED = 17  # pyspark 4 starts no JVM older than this
+JAVA_VERSION_TIMEOUT = 10.0  # seconds for ``java -version`` to answer
+JAVA_MISSING = f"Java is not installed (Spark needs Java {JAVA_NEEDED})"
 GET_JAVA = (
     "to get Java 17: Debian/Ubuntu `sudo apt install openjdk-17-jre-headless`, "
     "Fedora `sudo dnf install java-17-openjdk-headless`, macOS `brew install openjdk@17` "
     "(or set JAVA_HOME); then run `halfmq demo` again"
 )
+PYSPARK_MISSING = 'pyspark is not installed (pip install -e ".[spark]")'
+_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,22 +49,82 @@ class ReconcileOutcome:
     hint: str = ""  # how to make it run next time
 
 
-def java_found() -> bool:
-    """Whether Spark can start a JVM: ``$JAVA_HOME/bin/java`` (what pyspark's launcher uses first),
-    else ``java`` on the PATH."""
+def java_program() -> str | None:
+    """The ``java`` Spark would start: ``$JAVA_HOME/bin/java`` (what pyspark's launcher uses
+    first), else ``java`` on the PATH; ``None`` when there is neither."""
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / "java").is_file():
-        return True
-    return shutil.which("java") is not None
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java")
+
+
+def java_major(output: str) -> int | None:
+    """The major version in ``java -version``'s output: 17 of ``openjdk version "17.0.15"``, 21 of
+    ``"21"``, 8 of ``java version "1.8.0_381"``; ``None`` when it names no version."""
+    found = _VERSION.search(output)
+    if found is None:
+        return None
+    major = int(found.group(1))
+    if major == 1 and found.group(2) is not None:  # Java 8 and older: "1.8.0_381"
+        return int(found.group(2))
+    return major
+
+
+def java_problem() -> str | None:
+    """Why Spark cannot start a JVM here, in one line -- no ``java``, ``java -version`` failing
+    (exit code not 0, no answer within ``JAVA_VERSION_TIMEOUT``, no version in what it printed),
+    or a Java older than 17 -- or ``None`` when ``java -version`` says 17 or newer.
+
+    A ``java`` that merely exists proves nothing: macOS has a ``/usr/bin/java`` stub without a
+    JDK, which exits 1 with "Unable to locate a Java Runtime"."""
+    java = java_program()
+    if java is None:
+        return JAVA_MISSING
+    failed = f"`{java} -version` failed"
+    needs = f"(Spark needs Java {JAVA_NEEDED})"
+    try:
+        done = subprocess.run(
+            [java, "-version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=JAVA_VERSION_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{failed}: no answer in {JAVA_VERSION_TIMEOUT:g} s {needs}"
+    except OSError as error:
+        return f"{failed}: {error.strerror or error} {needs}"
+    said = _first_line(done.stderr + "\n" + done.stdout)
+    if done.returncode != 0:
+        quoted = f' "{said}"' if said else ""
+        return f"{failed}: exit code {done.returncode}{quoted} {needs}"
+    major = java_major(done.stderr + "\n" + done.stdout)
+    if major is None:
+        return f'{failed}: no version in "{said}" {needs}'
+    if major < JAVA_NEEDED:
+        return f"Java {major} ({java}) is too old {needs}"
+    return None
+
+
+def java_found() -> bool:
+    """Whether Spark can start a JVM: ``java -version`` answers 17 or newer."""
+    return java_problem() is None
+
+
+def _first_line(text: str, limit: int = 120) -> str:
+    """The first line a program printed, short, its brackets made round: the demo's console would
+    take ``[warning]`` for markup."""
+    line = next((each.strip() for each in text.splitlines() if each.strip()), "")
+    line = line.replace("[", "(").replace("]", ")")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def spark_missing() -> str | None:
-    """Why the job cannot run here, or ``None`` when pyspark and Java are both present."""
+    """Why the job cannot run here, or ``None`` when pyspark and a Java 17+ are both present."""
     if importlib.util.find_spec("pyspark") is None:
-        return 'pyspark is not installed (pip install -e ".[spark]")'
-    if not java_found():
-        return JAVA_MISSING
-    return None
+        return PYSPARK_MISSING
+    return java_problem()
 
 
 def run_reconcile(
@@ -67,7 +134,7 @@ def run_reconcile(
     Parquet export (of the days from ``first_day`` to ``day``) on SQLite, JDBC otherwise."""
     missing = spark_missing()
     if missing is not None:
-        hint = GET_JAVA if missing == JAVA_MISSING else ""
+        hint = "" if missing == PYSPARK_MISSING else GET_JAVA
         return ReconcileOutcome(False, f"skipped: {missing}", skipped=True, hint=hint)
     began = dt.datetime.now()
     if stores.broker.startswith("sqlite"):
