@@ -1,16 +1,15 @@
-"""View models: the domain's records as a page shows them (RFC 3339 times, ages, lags that may
-be unknown), and the rates the overview computes from the metrics' counters."""
+"""View models: the domain's records as a page shows them (RFC 3339 times, ages, figures that
+may be unknown), and the rates the overview computes from the metrics' counters."""
 
 from __future__ import annotations
 
 import datetime as dt
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker_service.domain.consumers.model import GroupView, QueueView
 from broker_service.metrics import BrokerMetrics
 
 UNKNOWN = "unknown"
@@ -56,52 +55,17 @@ def size(n: int | None) -> str:
     return f"{n} B"
 
 
-FILTERS: dict[str, Callable[..., Any]] = {"rfc3339": rfc3339, "age": age, "size": size}
+def known(value: int | None) -> str | int:
+    """A figure the store may not have answered: "unknown", never a guessed 0."""
+    return UNKNOWN if value is None else value
 
 
-def lag_of(queue: QueueView) -> int | str:
-    """A queue's lag: "unknown" when the group has no committed offset there yet (where it
-    starts depends on consume_from), never a guessed 0."""
-    if queue.committed_offset is None:
-        return UNKNOWN
-    return max(0, queue.max_offset - queue.committed_offset)
-
-
-@dataclass(frozen=True, slots=True)
-class LagRow:
-    topic: str
-    queue_id: int
-    client_id: str
-    committed_offset: int | None
-    max_offset: int
-    lag: int | str
-    in_flight: int
-    retrying: int
-    dead: int
-
-
-def lag_rows(view: GroupView) -> list[LagRow]:
-    return [
-        LagRow(
-            q.topic,
-            q.queue_id,
-            q.client_id,
-            q.committed_offset,
-            q.max_offset,
-            lag_of(q),
-            q.in_flight,
-            q.retrying,
-            q.dead,
-        )
-        for q in view.queues
-    ]
-
-
-def total_lag(rows: Sequence[LagRow]) -> int | str:
-    """The group's lag: unknown when any queue's is."""
-    if any(isinstance(r.lag, str) for r in rows):
-        return UNKNOWN
-    return sum(int(r.lag) for r in rows)
+FILTERS: dict[str, Callable[..., Any]] = {
+    "rfc3339": rfc3339,
+    "age": age,
+    "size": size,
+    "known": known,
+}
 
 
 # The counters the overview turns into rates: (label on the page, metric sample, its labels).

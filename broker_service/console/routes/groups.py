@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import Query, Request, Response
 
 from broker_service.api.params import GroupName, GroupQuery
-from broker_service.console import views
+from broker_service.console import lags
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import checked_form, console_of, form_list, render, who
 from broker_service.domain.audit.model import AuditResult
@@ -64,30 +64,29 @@ async def producer_group(group: GroupName, request: Request) -> Response:
 async def consumer_groups(request: Request, group: GroupQuery = None) -> Response:
     if group:
         return back_to(f"/console/consumer-groups/{group}")
-    backlog = await _consumers(request).backlog()
-    known = set(backlog.dead) | {lag.group for lag in backlog.lags}
-    lags: dict[str, int] = {}
-    for lag in backlog.lags:
-        lags[lag.group] = lags.get(lag.group, 0) + lag.messages
-    rows = [
-        (g, lags.get(g), backlog.retrying.get(g, 0), backlog.dead.get(g, 0)) for g in sorted(known)
-    ]
-    return render(request, "consumer_groups.html", groups=rows)
+    found = await lags.backlogs(_consumers(request))
+    return render(request, "consumer_groups.html", groups=found or [], readable=found is not None)
 
 
 @router.get("/consumer-groups/{group}")
 async def consumer_group(group: GroupName, request: Request) -> Response:
-    view = await _consumers(request).view(group)
-    rows = views.lag_rows(view)
+    consumers = _consumers(request)
+    try:
+        view = await consumers.view(group)
+    except lags.UNREADABLE as error:  # the store could not answer: say so, guess nothing
+        return render(
+            request, "consumer_group.html", group=group, view=None, lag=None,
+            audit=[], unreadable=redact(error.message),
+        )  # fmt: skip
     audit = await console_of(request).auditor.entries(f"consumer-group:{group}", limit=20)
     return render(
         request,
         "consumer_group.html",
         group=group,
         view=view,
-        rows=rows,
-        total_lag=views.total_lag(rows),
+        lag=await lags.group_lag(consumers, view),
         audit=audit,
+        unreadable=None,
     )
 
 
