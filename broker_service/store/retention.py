@@ -34,6 +34,7 @@ from broker_service.domain.consumers.model import (
     MessageModel,
     retry_topic,
 )
+from broker_service.domain.errors import Busy
 from broker_service.domain.retention.model import (
     TABLES,
     HeadRow,
@@ -81,6 +82,7 @@ _FINISHED = tuple(
 )
 # A delayed queue is scanned this far past its head for released messages.
 _DELAYED_SCAN = 5_000
+_EXPIRE_TRIES = 8  # reads of a position that another broker's acks keep moving
 _PAGES_KEPT = 8  # SQLite keeps a free eighth of its file for new rows; a quarter free is given back
 _VACUUM_STEP = 2048  # pages one compact gives back (8 MB of 4 KiB pages, about 30 ms)
 
@@ -267,15 +269,46 @@ class RetentionPart(SqlPart):
     def expire_position(
         self, group: str, client_id: str, topic: str, queue_id: int, end: int, now: int
     ) -> int:
+        """Move the position up to ``end`` and count the offsets it moved past.
+
+        A compare-and-set on the offset read: on PostgreSQL another broker's ack can commit
+        between the read and the update (READ COMMITTED), and an update that did not check would
+        move the position back below what the ack passed and count what the ack had consumed
+        as expired.  Here the update matches only the offset read; when it matches nothing the
+        position is read again, and one that is at ``end`` or past it is left alone."""
         where = and_(
             o.consumer_group == group,
             o.topic == topic,
             o.queue_id == queue_id,
             o.client_id == client_id,
         )
-        committed = self.conn.execute(select(o.committed_offset).where(where)).scalar()
-        if committed is None or committed >= end:
-            return 0
+        for _ in range(_EXPIRE_TRIES):
+            committed = self.conn.execute(select(o.committed_offset).where(where)).scalar()
+            if committed is None or committed >= end:
+                return 0
+            moved = self.conn.execute(
+                update(consumer_offsets)
+                .where(where, o.committed_offset == committed)
+                .values(
+                    expired=o.expired + (end - committed),
+                    committed_offset=end,
+                    pulled_offset=case(
+                        (o.pulled_offset < end, literal(end)), else_=o.pulled_offset
+                    ),
+                    updated_at=now,
+                )
+                # RETURNING, not the row count: a writer batch may run in pipeline mode.
+                .returning(o.committed_offset)
+            ).first()
+            if moved is not None:
+                break
+        else:
+            # Rolls the purge unit back (nothing deleted); the next round tries again.
+            raise Busy(
+                f"the position of {group} in {topic} queue {queue_id} kept moving while the "
+                "purge expired it",
+                code="PURGE_RACE",
+            )
         open_ = and_(
             d.consumer_group == group,
             d.topic == topic,
@@ -290,16 +323,6 @@ class RetentionPart(SqlPart):
             .where(open_)
             .values(state=DeliveryState.EXPIRED.value, finished_at=now)
         )
-        self.conn.execute(
-            update(consumer_offsets)
-            .where(where)
-            .values(
-                expired=o.expired + (end - committed),
-                committed_offset=end,
-                pulled_offset=case((o.pulled_offset < end, literal(end)), else_=o.pulled_offset),
-                updated_at=now,
-            )
-        )
         return end - int(committed)
 
     def purge_transactions(
@@ -311,9 +334,15 @@ class RetentionPart(SqlPart):
         *,
         dry_run: bool = False,
     ) -> dict[str, int]:
+        """``created_before`` is the export's cut (the retention's age cut when it does not wait
+        for the export): a transaction goes once it was created *and resolved* before it.  Its
+        resolution stored its op record (``stored_at`` = ``resolved_at``), which goes with it and
+        which the export reads by ``stored_at``: a transaction exported while PREPARED and
+        resolved past the watermark waits until an export has read its op record."""
         old = and_(
             t.state.in_(_RESOLVED),
             t.created_at < created_before,
+            t.resolved_at < created_before,
             t.resolved_at < resolved_before,
         )
         if dry_run:

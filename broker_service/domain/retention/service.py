@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from broker_service.domain import names
@@ -205,8 +205,14 @@ class RetentionService:
             rows = tx.queue_head_rows(topic, queue_id, info.min_offset, limit)
             plan = plan_queue(current, rows, tx.readers_of(topic), cuts, full=len(rows) == limit)
             if plan.end > info.min_offset:
+                # What each position actually moved past: an ack (another broker's) that landed
+                # since the positions were read has passed some of it, or all.
+                expired: list[Expiry] = []
                 for e in plan.expiries:
-                    tx.expire_position(e.group, e.client_id, topic, queue_id, plan.end, now)
+                    n = tx.expire_position(e.group, e.client_id, topic, queue_id, plan.end, now)
+                    if n:
+                        expired.append(replace(e, from_offset=plan.end - n))
+                plan.expiries = expired
                 state.report.add(
                     tx.purge_queue_head(topic, queue_id, plan.end, now, start=info.min_offset)
                 )
