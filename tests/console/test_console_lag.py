@@ -176,3 +176,38 @@ async def test_a_store_that_cannot_answer_is_unknown_never_a_500(
             assert await _page_lag(broker, "late") == "unknown"
         assert await _page_lag(broker, "late") == "0"  # and back once it answers
         assert (await _list_lags(broker))["late"] == ("0", "0")
+
+
+async def test_the_group_page_shows_what_retention_expired_before_the_group_passed_it(
+    migrated_url: str,
+) -> None:
+    async with BrokerApp.start(
+        database_url=migrated_url,
+        scheduler=False,
+        retention_wait_for_export=False,
+        retention_hard_limit_hours=72,
+    ) as broker:
+        await broker.topic("transfers", 1)
+        await _group(broker, "slow", "transfers", consume_from="FIRST_OFFSET")
+        await _send(broker, "transfers", 3)
+        got = await _post(
+            broker,
+            "/v1/consumer-groups/slow/receive",
+            {"client_id": "c1", "max_messages": 1, "wait_seconds": 0},
+        )
+        assert len(got["messages"]) == 1  # a position, nothing acked
+        page = (await broker.client.get("/console/consumer-groups/slow")).text
+        assert 'id="expired">0<' in page
+        ahead = 73 * 3_600_000
+        clock = broker.state.retention.clock
+        broker.state.retention.clock = lambda: clock() + ahead
+        purged = await _post(broker, "/v1/store/purge", {"dry_run": False})
+        assert purged["expired"][0]["count"] == 3
+        api = (await broker.client.get("/v1/consumer-groups/slow")).json()
+        expired = sum(q["expired"] for q in api["queues"])
+        assert expired == 3
+        page = (await broker.client.get("/console/consumer-groups/slow")).text
+        assert f'id="expired">{expired}<' in page
+        row = re.search(r"<tr><td>transfers</td>.*?</tr>", page, re.S)
+        assert row is not None
+        assert row.group(0).endswith('<td class="num">3</td></tr>')  # the queue's own column

@@ -85,6 +85,7 @@ async def consumer_group(group: GroupName, request: Request) -> Response:
         group=group,
         view=view,
         lag=await lags.group_lag(consumers, view),
+        expired=sum(q.expired for q in view.queues),
         audit=audit,
         unreadable=None,
     )
