@@ -231,6 +231,9 @@ def export(
     rows = ", ".join(f"{name} {n}" for name, n in done.rows.items())
     rows += "".join(f", ledger {name} {n}" for name, n in ledger_rows.items())
     mark = "advanced" if done.watermark_advanced else "left as it was"
+    if done.watermark is not None:  # today's export stops short of the day's end: say where
+        at = dt.datetime.fromtimestamp(done.watermark / 1000, dt.UTC)
+        mark += f" at {at.isoformat(timespec='seconds').replace('+00:00', 'Z')}"
     out.print(f"exported {date} to {out_dir}: {rows}; watermark {mark}")
 
 

@@ -5,7 +5,9 @@ Layout: ``<out>/<table>/date=YYYY-MM-DD/part-00000.parquet``; ``messages`` by ``
 snapshots of ``subscriptions`` and ``consumer_groups`` under the day.  Bodies are left out (the
 reconciliation never reads them).  Rows are streamed from the store in chunks; a rerun replaces the
 day's files.  The ``reconcile-export`` row of ``export_watermarks`` then advances, when the day
-continues the days already exported, so retention may purge what is exported.
+continues the days already exported, so retention may purge what is exported: to the end of the
+day, or -- for today, or a day the export began before the end of -- to a minute before the
+export began reading (``IN_FLIGHT_MS``), never into the future and never back.
 
 A bank's ledger (``export_ledger``) goes to ``<out>/ledgers/<name>/date=YYYY-MM-DD/``: the rows
 created that day, only the columns its ``LedgerSource`` maps, under their own names, so
@@ -37,6 +39,10 @@ SNAPSHOTS = ("subscriptions", "consumer_groups")
 LEFT_OUT = {"messages": frozenset({"body"})}
 WATERMARK = "reconcile-export"
 PART = "part-00000.parquet"
+# How far before the export's start its watermark stays: a row is given its stored_at before its
+# write commits (a writer batch, a busy database), so one stored just before the read began may
+# not be visible to it; brokers' clocks may differ a little from the exporter's, too.
+IN_FLIGHT_MS = 60_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Exported:
     rows: dict[str, int]
     files: tuple[Path, ...]
     watermark_advanced: bool
+    watermark: int | None = None  # exported_until after the export (epoch ms)
 
 
 def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
@@ -109,31 +116,42 @@ def _write(
     return written
 
 
-def _advance_watermark(conn: sa.Connection, start: int, end: int, last_id: int | None) -> bool:
-    """Moves ``reconcile-export`` to the end of the day when the day continues what was exported
-    (or nothing was): retention must never purge an unexported row of a skipped day."""
+def watermark_for(day_end: int, began: int, in_flight_ms: int = IN_FLIGHT_MS) -> int:
+    """How far an export of the day ending at ``day_end`` that began reading at ``began`` has
+    read: the day's end, or -- the day not over when the read began -- ``in_flight_ms`` before
+    the read began.  A row stored later than that may still come, so it is not exported yet."""
+    return min(day_end, began - in_flight_ms)
+
+
+def _advance_watermark(
+    conn: sa.Connection, start: int, until: int, last_id: int | None
+) -> tuple[bool, int | None]:
+    """Moves ``reconcile-export`` on to ``until`` (``watermark_for``) when the day continues what
+    was exported -- the mark is within the day or at its start -- or nothing was: retention must
+    never purge an unexported row of a skipped day, nor one stored after the read began.  Never
+    back.  Whether it moved, and the mark."""
     marks = schema.export_watermarks
     row = conn.execute(sa.select(marks).where(marks.c.name == WATERMARK)).one_or_none()
     now = now_ms()
     if row is None:
         conn.execute(
             marks.insert().values(
-                name=WATERMARK, last_message_id=last_id or 0, exported_until=end, updated_at=now
+                name=WATERMARK, last_message_id=last_id or 0, exported_until=until, updated_at=now
             )
         )
-        return True
-    if row.exported_until < start or row.exported_until >= end:
-        return False
+        return True, until
+    if row.exported_until < start or row.exported_until >= until:
+        return False, int(row.exported_until)
     conn.execute(
         marks.update()
         .where(marks.c.name == WATERMARK)
         .values(
             last_message_id=max(row.last_message_id, last_id or 0),
-            exported_until=end,
+            exported_until=until,
             updated_at=now,
         )
     )
-    return True
+    return True, until
 
 
 def export_day(
@@ -144,9 +162,14 @@ def export_day(
     chunk_rows: int = 50_000,
     tables: Sequence[str] = (*BY_DAY, *SNAPSHOTS),
     progress: Progress | None = None,
+    in_flight_ms: int = IN_FLIGHT_MS,
 ) -> Exported:
+    """``day``'s rows of the store as Parquet under ``out``, then the watermark moved on to what
+    the export has read (``watermark_for``; ``in_flight_ms``: see ``IN_FLIGHT_MS``)."""
+    began = now_ms()  # before the first read: a row stored from here on is not in this export
     start = day_start_ms(day)
     end = start + DAY_MS
+    until = watermark_for(end, began, in_flight_ms)
     rows: dict[str, int] = {}
     files: list[Path] = []
     with engine.connect() as conn:
@@ -163,12 +186,14 @@ def export_day(
         messages = schema.messages
         last_id = conn.execute(
             sa.select(sa.func.max(messages.c.id)).where(
-                (messages.c.stored_at >= start) & (messages.c.stored_at < end)
+                (messages.c.stored_at >= start) & (messages.c.stored_at < until)
             )
         ).scalar()
     with engine.begin() as conn:
-        advanced = _advance_watermark(conn, start, end, last_id)
-    return Exported(day=day, rows=rows, files=tuple(files), watermark_advanced=advanced)
+        advanced, mark = _advance_watermark(conn, start, until, last_id)
+    return Exported(
+        day=day, rows=rows, files=tuple(files), watermark_advanced=advanced, watermark=mark
+    )
 
 
 def ledger_path(out: Path, name: str) -> Path:
