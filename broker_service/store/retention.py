@@ -334,15 +334,9 @@ class RetentionPart(SqlPart):
         *,
         dry_run: bool = False,
     ) -> dict[str, int]:
-        """``created_before`` is the export's cut (the retention's age cut when it does not wait
-        for the export): a transaction goes once it was created *and resolved* before it.  Its
-        resolution stored its op record (``stored_at`` = ``resolved_at``), which goes with it and
-        which the export reads by ``stored_at``: a transaction exported while PREPARED and
-        resolved past the watermark waits until an export has read its op record."""
         old = and_(
             t.state.in_(_RESOLVED),
             t.created_at < created_before,
-            t.resolved_at < created_before,
             t.resolved_at < resolved_before,
         )
         if dry_run:
