@@ -18,6 +18,7 @@ from broker_service.domain.consumers.model import (
     NewDelivery,
 )
 from broker_service.domain.messages.model import StoredMessage
+from broker_service.domain.transactions.model import CHECKED
 from broker_service.store import rows
 from broker_service.store.bulk import BulkInsert
 from broker_service.store.fastpath import Prepared
@@ -127,6 +128,23 @@ _dead_by_msg_id = select(messages).where(
 )
 _waiting = select(messages).where(
     m.topic == names.SCHEDULE_TOPIC, m.released_at.is_(None), m.deliver_at.is_not(None)
+)
+
+# A half no live instance answers gets a CHECKED event every check round (every 30 s by
+# default): 5,760 in two days.  They are all kept, but a message's trace and a transaction's
+# check audit read only the newest of them (``trace_event_count`` says how many there are).
+CHECKED_READ_MAX = 200
+t = trace_events.c
+_trace_columns = (t.id, t.at, t.event, t.actor, t.detail)
+_other_events = select(*_trace_columns).where(t.msg_id == bindparam("msg_id"), t.event != CHECKED)
+_newest_checks = (
+    select(*_trace_columns)
+    .where(t.msg_id == bindparam("msg_id"), t.event == CHECKED)
+    .order_by(t.id.desc())
+    .limit(CHECKED_READ_MAX)
+)
+_event_count = select(func.count()).where(
+    t.msg_id == bindparam("msg_id"), t.event == bindparam("event")
 )
 
 
@@ -260,7 +278,15 @@ class DeliveryPart(SqlPart):
         return [rows.delivery(r._mapping) for r in self.conn.execute(query)]
 
     def trace_events_of(self, msg_id: str) -> list[tuple[int, str, str, str | None]]:
-        """(at, event, actor, detail JSON) of the message's recorded events, oldest first."""
-        t = trace_events.c
-        query = select(t.at, t.event, t.actor, t.detail).where(t.msg_id == msg_id).order_by(t.id)
-        return [(r.at, r.event, r.actor, r.detail) for r in self.conn.execute(query)]
+        """(at, event, actor, detail JSON) of the message's recorded events, oldest first: every
+        event, but of its ``CHECKED`` events only the newest ``CHECKED_READ_MAX``."""
+        found = [
+            *self.conn.execute(_other_events, {"msg_id": msg_id}),
+            *self.conn.execute(_newest_checks, {"msg_id": msg_id}),
+        ]
+        found.sort(key=lambda r: r.id)
+        return [(r.at, r.event, r.actor, r.detail) for r in found]
+
+    def trace_event_count(self, msg_id: str, event: str) -> int:
+        """How many ``event`` events the message has recorded (all of them, read or not)."""
+        return int(self.conn.execute(_event_count, {"msg_id": msg_id, "event": event}).scalar_one())

@@ -11,6 +11,7 @@ from fastapi import Query, Request, Response
 
 from broker_service.api.params import IdPath, TopicQuery
 from broker_service.console.routes.common import back_to, router
+from broker_service.console.routes.transactions import checks_recorded
 from broker_service.console.web import render
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import InvalidRequest
@@ -74,5 +75,6 @@ async def message(msg_id: IdPath, request: Request) -> Response:
         "message.html",
         life=life,
         trace=trace,
+        checks_total=await checks_recorded(consumers.store, msg_id),
         body=_body(life.message.body, life.message.encoding),
     )

@@ -4,7 +4,7 @@ operator's Commit, Rollback, Check now and Resume checks, each audited on that p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from fastapi import Query, Request, Response
 
@@ -15,7 +15,9 @@ from broker_service.console.web import actor_of, checked_form, console_of, is_ad
 from broker_service.domain.audit.model import AuditResult
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import DomainError
+from broker_service.domain.ports import Store, StoreTx
 from broker_service.domain.transactions.model import (
+    CHECKED,
     Decision,
     ResolvedBy,
     TransactionRecord,
@@ -34,6 +36,21 @@ def _service(request: Request) -> TransactionService:
 
 def subject_of(transaction_id: str) -> str:
     return f"transaction:{transaction_id}"
+
+
+@runtime_checkable
+class _CountsEvents(Protocol):
+    def trace_event_count(self, msg_id: str, event: str) -> int: ...
+
+
+async def checks_recorded(store: Store, msg_id: str) -> int | None:
+    """How many checks the half's trace holds in all: the store reads back only the newest (a
+    half no instance answers gets one each round).  None when the store does not say."""
+
+    def unit(tx: StoreTx) -> int | None:
+        return tx.trace_event_count(msg_id, CHECKED) if isinstance(tx, _CountsEvents) else None
+
+    return await store.read(unit)
 
 
 @router.get("/transactions")
@@ -77,6 +94,7 @@ async def transaction(transaction_id: IdPath, request: Request) -> Response:
         t=record,
         trace=trace,
         checks=await service.checks(transaction_id),
+        checks_total=await checks_recorded(service.store, record.msg_id),
         audit=audit,
         actions=_actions(record) if is_admin(request) else [],
     )
