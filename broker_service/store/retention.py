@@ -80,7 +80,7 @@ _FINISHED = tuple(
     s.value
     for s in (DeliveryState.ACKED, DeliveryState.NACKED, DeliveryState.EXPIRED, DeliveryState.DEAD)
 )
-# A delayed queue is scanned this far past its head for released messages.
+# A delayed queue is scanned for released messages this many offsets at a time.
 _DELAYED_SCAN = 5_000
 _EXPIRE_TRIES = 8  # reads of a position that another broker's acks keep moving
 _PAGES_KEPT = 8  # SQLite keeps a free eighth of its file for new rows; a quarter free is given back
@@ -392,7 +392,15 @@ class RetentionPart(SqlPart):
         limit: int | None,
         *,
         dry_run: bool = False,
+        start: int | None = None,
+        end: int | None = None,
     ) -> dict[str, int]:
+        """Released delayed messages among offsets ``start`` (None: the queue's ``min_offset``)
+        to ``end`` (None: ``_DELAYED_SCAN`` past ``start``, or ``limit`` if more): a bounded
+        range of the unique index, however many messages still waiting come before it.  The
+        purge walks a schedule queue range by range (RetentionService._delayed): a queue's head
+        can wait for days (an explicit ``deliver_at``) while the messages behind it are released.
+        ``dry_run``: count those of the whole queue."""
         done = and_(
             m.released_at.is_not(None),
             m.released_at < released_before,
@@ -403,21 +411,20 @@ class RetentionPart(SqlPart):
                 select(func.count()).where(m.topic == topic, m.queue_id == queue_id, done)
             )
             return {"messages": int(n.scalar_one())}
-        # The queue's head, far enough to pass a few messages still waiting for their time.
-        start = self.conn.execute(
-            select(q.min_offset).where(q.topic == topic, q.queue_id == queue_id)
-        ).scalar()
         if start is None:
-            return {"messages": 0}
-        window = (
-            select(m.id)
-            .where(m.topic == topic, m.queue_id == queue_id, m.queue_offset >= start)
-            .order_by(m.queue_offset)
-            .limit(max(limit or 0, _DELAYED_SCAN))
-            .subquery()
-        )
+            start = self.conn.execute(
+                select(q.min_offset).where(q.topic == topic, q.queue_id == queue_id)
+            ).scalar()
+            if start is None:
+                return {"messages": 0}
+        if end is None:
+            end = start + max(limit or 0, _DELAYED_SCAN)
         chosen = (
-            select(m.id).where(m.id.in_(select(window.c.id)), done).limit(limit).scalar_subquery()
+            select(m.id)
+            .where(_in_queue(topic, queue_id, start, end), done)
+            .order_by(m.queue_offset)
+            .limit(limit)
+            .scalar_subquery()
         )
         gone = self.conn.execute(delete(messages).where(m.id.in_(chosen))).rowcount
         if gone:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Protocol, TypeVar, cast
 
 from broker_service.domain import names
 from broker_service.domain.clock import now_ms
@@ -40,6 +40,26 @@ _T = TypeVar("_T")
 _DRY_CHUNK = 10_000
 _DRY_MAX = 1_000_000
 _COMPACT_STEPS = 64  # a round gives back at most this many steps of free pages (SQLite)
+_DELAYED_RANGE = 5_000  # offsets of a schedule queue one unit looks through for released messages
+
+
+class _DelayedRanges(Protocol):
+    """The store's purge of released delayed messages in one range of offsets, ``start`` to
+    ``end``: ``SqlTx`` takes them, the port ``RetentionStore.purge_released_delayed`` does not
+    declare them yet (to be moved there)."""
+
+    def purge_released_delayed(
+        self,
+        topic: str,
+        queue_id: int,
+        released_before: int,
+        stored_before: int,
+        limit: int | None,
+        *,
+        dry_run: bool = False,
+        start: int | None = None,
+        end: int | None = None,
+    ) -> dict[str, int]: ...
 
 
 class LeaseHeld(Conflict):
@@ -239,23 +259,54 @@ class RetentionService:
                 _log_expiry(expiry, self.policy)
 
     async def _delayed(self, head: QueueHead, state: _Round, dry_run: bool) -> None:
+        """Released delayed messages of a schedule queue, ``_DELAYED_RANGE`` offsets at a time
+        from its head to the end it had when the round began: the messages of an explicit
+        ``deliver_at`` are not released in offset order, and however many still wait at the
+        head (``min_offset`` stays at the oldest), those released behind them go."""
         now = self.clock()
         cuts = cuts_for(self.policy, head.topic, now, state.exported)
+        released_before = now - self.policy.retention_ms
+        if dry_run:
 
-        def unit(tx: StoreTx) -> dict[str, int]:
-            if not dry_run:
-                self._fence(tx)
-            limit = None if dry_run else min(self.policy.batch, state.budget)
-            return tx.purge_released_delayed(
+            def count(tx: StoreTx) -> dict[str, int]:
+                return tx.purge_released_delayed(
+                    head.topic, head.queue_id, released_before, cuts.age, None, dry_run=True
+                )
+
+            state.report.add(await self._step(state, count, True))
+            return
+        cursor = head.min_offset
+
+        def unit(tx: StoreTx) -> tuple[int, int] | None:
+            """The next range's start and the messages purged in it; None past the last old
+            message."""
+            self._fence(tx)
+            first = tx.queue_head_rows(head.topic, head.queue_id, cursor, 1)
+            if not first or first[0].queue_offset >= head.max_offset:
+                return None
+            if first[0].stored_at >= cuts.age:
+                return None  # stored in offset order: none behind it is old enough either
+            start = first[0].queue_offset  # past a hole left by the ranges before
+            counts = cast(_DelayedRanges, tx).purge_released_delayed(
                 head.topic,
                 head.queue_id,
-                now - self.policy.retention_ms,
+                released_before,
                 cuts.age,
-                limit,
-                dry_run=dry_run,
+                min(self.policy.batch, state.budget),
+                start=start,
+                end=start + _DELAYED_RANGE,
             )
+            return start, counts["messages"]
 
-        await self._repeat(unit, state, dry_run)
+        while state.budget > 0:
+            step = await self._step(state, unit, False)
+            if step is None:
+                return
+            start, n = step
+            state.report.add({"messages": n})
+            state.budget -= n
+            # A full batch: the range may hold more; otherwise it is done.
+            cursor = start if n >= self.policy.batch else start + _DELAYED_RANGE
 
     async def _transactions(self, state: _Round, dry_run: bool) -> None:
         now = self.clock()
