@@ -30,7 +30,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes, urlsplit
 
@@ -142,7 +142,36 @@ def verify(
     window_ms: int = DEFAULT_WINDOW_MS,
 ) -> SignedRequest:
     """The signed request, or :class:`AclUnauthenticated` with the reason's code."""
-    access_key, timestamp, nonce, signature = _read_headers(headers)
+    lowered = {name.lower(): value for name, value in headers.items()}
+    fields = [lowered.get(low) for low in _LOWER]
+    return verify_fields(
+        fields, method, path, raw_query, body_sha256_hex, now_ms, secret_for, window_ms
+    )
+
+
+def signed_fields(raw_headers: Iterable[tuple[bytes, bytes]]) -> list[str | None]:
+    """The four headers' values (:data:`HEADERS` order; None where absent) from ASGI's raw
+    headers, whose names are in lower case: one pass, nothing built for the other headers."""
+    fields: list[str | None] = [None, None, None, None]
+    for name, value in raw_headers:
+        index = _INDEX.get(name)
+        if index is not None:
+            fields[index] = value.decode("latin-1")
+    return fields
+
+
+def verify_fields(
+    fields: Sequence[str | None],
+    method: str,
+    path: str,
+    raw_query: str,
+    body_sha256_hex: str,
+    now_ms: int,
+    secret_for: Callable[[str], str | None],
+    window_ms: int = DEFAULT_WINDOW_MS,
+) -> SignedRequest:
+    """:func:`verify` of the four headers' values, in :data:`HEADERS` order."""
+    access_key, timestamp, nonce, signature = _checked(fields)
     secret = secret_for(access_key)
     if secret is None:
         raise AclUnauthenticated(
@@ -178,18 +207,20 @@ def verify(
 
 
 _LOWER = tuple(name.lower() for name in HEADERS)
+_INDEX = {low.encode("latin-1"): index for index, low in enumerate(_LOWER)}
 
 
-def _read_headers(headers: Mapping[str, str]) -> tuple[str, str, str, str]:
-    lowered = {name.lower(): value for name, value in headers.items()}
-    missing = [name for name, low in zip(HEADERS, _LOWER, strict=True) if not lowered.get(low)]
-    if missing:
+def _checked(fields: Sequence[str | None]) -> tuple[str, str, str, str]:
+    """The four values, each present (``SIGNATURE_MISSING``) and well formed
+    (``SIGNATURE_INVALID``)."""
+    access_key, timestamp, nonce, signature = fields
+    if not (access_key and timestamp and nonce and signature):
+        missing = [name for name, value in zip(HEADERS, fields, strict=True) if not value]
         raise AclUnauthenticated(
             AclErrorCode.SIGNATURE_MISSING,
             f"the request is not signed: missing {', '.join(missing)}",
             {"missing": missing},
         )
-    access_key, timestamp, nonce, signature = (lowered[low] for low in _LOWER)
     for name, value, pattern, form in (
         (TIMESTAMP_HEADER, timestamp, _TIMESTAMP, "Unix epoch milliseconds, in decimal"),
         (NONCE_HEADER, nonce, _NONCE, "8-128 characters of A-Z a-z 0-9 _ -"),

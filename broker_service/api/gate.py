@@ -41,13 +41,13 @@ from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
 from broker_service.acl.model import AclConfig, Need
 from broker_service.acl.runtime import AclRuntime
-from broker_service.acl.signature import body_sha256, verify
+from broker_service.acl.signature import body_sha256, signed_fields, verify_fields
 from broker_service.api.errors import envelope
-from broker_service.api.permissions import Ask, TransactionGuard, public, rule_for
+from broker_service.api.permissions import BY_PATH, Ask, TransactionGuard, public, rule_for
 
 log = logging.getLogger("halfmq.acl")
 
-_ALLOWED_MAX = 4096  # allowed (key, address, needs) remembered per ACL version
+_ALLOWED_MAX = 4096  # allowed asks remembered per ACL version, of each kind
 CONSOLE = "/console"
 CONSOLE_LOGIN = "/console/login"
 
@@ -105,7 +105,8 @@ class AclGate:
         self.public_ops = public_ops
         self.rates = RateLimits(rate_per_second)
         self._decided_for: AclConfig | None = None
-        self._allowed_asks: set[tuple[Any, ...]] = set()
+        self._allowed_asks: set[tuple[Any, ...]] = set()  # (key, address, *needs)
+        self._allowed_paths: set[tuple[str, ...]] = set()  # (method, path, key, address)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.acl is None:
@@ -201,22 +202,25 @@ class AclGate:
     def _allowed(self, config: AclConfig, access_key: str, address: str, needs: list[Need]) -> None:
         """:func:`authorize`, remembering what it allowed while ``config`` is enforced (a
         producer sends to the same topic from the same address all day long)."""
-        if config is not self._decided_for:
-            self._decided_for, self._allowed_asks = config, set()
+        self._enforcing(config)
         ask = (access_key, address, *needs)
         if ask in self._allowed_asks:
             return
         authorize(config, access_key, address, needs)
-        if len(self._allowed_asks) >= _ALLOWED_MAX:
-            self._allowed_asks.clear()
-        self._allowed_asks.add(ask)
+        _remember(self._allowed_asks, ask)
+
+    def _enforcing(self, config: AclConfig) -> None:
+        """Forget what another version of the ACL allowed."""
+        if config is not self._decided_for:
+            self._decided_for = config
+            self._allowed_asks, self._allowed_paths = set(), set()
 
     def _admit(self, scope: Scope, body: bytes) -> tuple[str, nonces.RequestNonce]:
         acl = self.acl
         assert acl is not None
         raw_path = scope.get("raw_path") or scope["path"].encode()
-        signed = verify(
-            _signature_headers(scope),
+        signed = verify_fields(
+            signed_fields(scope["headers"]),
             scope["method"],
             raw_path.decode("latin-1"),
             scope.get("query_string", b"").decode("latin-1"),
@@ -233,24 +237,31 @@ class AclGate:
     ) -> None:
         acl = self.acl
         assert acl is not None
-        raw_query = scope.get("query_string", b"").decode("latin-1")
-        ask = Ask(params, raw_query, body, scope["app"].state.transactions)
+        config = acl.config
         client = scope.get("client")
         address = client[0] if client else ""
-        self._allowed(acl.config, access_key, address, await rule(ask))
+        if rule in BY_PATH:  # the same needs for every request to this path
+            self._enforcing(config)
+            asked = (scope["method"], scope["path"], access_key, address)
+            if asked in self._allowed_paths:
+                return
+            needs = await rule(Ask(params, "", b"", scope["app"].state.transactions))
+            authorize(config, access_key, address, needs)
+            _remember(self._allowed_paths, asked)
+            return
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        ask = Ask(params, raw_query, body, scope["app"].state.transactions)
+        self._allowed(config, access_key, address, await rule(ask))
         if ask.transaction_topic is not None:
-            guard = TransactionGuard(acl.config, access_key, address, ask.transaction_topic,
+            guard = TransactionGuard(config, access_key, address, ask.transaction_topic,
                                      ask.json_field("producer_group"))  # fmt: skip
             scope.setdefault("state", {})["transaction_guard"] = guard
 
 
-def _signature_headers(scope: Scope) -> dict[str, str]:
-    """The request's ``X-HalfMQ-*`` headers (ASGI gives names in lower case), and no others."""
-    return {
-        name.decode("latin-1"): value.decode("latin-1")
-        for name, value in scope["headers"]
-        if name.startswith(b"x-halfmq-")
-    }
+def _remember(allowed: set[Any], ask: Any) -> None:
+    if len(allowed) >= _ALLOWED_MAX:
+        allowed.clear()
+    allowed.add(ask)
 
 
 async def _no_body() -> Message:

@@ -73,11 +73,22 @@ class Ask:
 
 Rule = Callable[[Ask], Awaitable[list[Need]]]
 
+# Rules whose needs follow from the method and path alone (not the body, the query or the store):
+# the gate may remember that it allowed an account such a request.
+BY_PATH: set[Rule] = set()
 
+
+def by_path(rule: Rule) -> Rule:
+    BY_PATH.add(rule)
+    return rule
+
+
+@by_path
 async def public(_: Ask) -> list[Need]:
     return [Need.public()]
 
 
+@by_path
 async def admin(_: Ask) -> list[Need]:
     return [Need.admin()]
 
@@ -90,14 +101,14 @@ def path_topic(perm: Perm) -> Rule:
     async def rule(ask: Ask) -> list[Need]:
         return [Need.topic(ask.path_params["topic"], perm)]
 
-    return rule
+    return by_path(rule)
 
 
 def path_group(perm: Perm) -> Rule:
     async def rule(ask: Ask) -> list[Need]:
         return [Need.group(ask.path_params["group"], perm)]
 
-    return rule
+    return by_path(rule)
 
 
 def group_and_body_topic(perm: Perm) -> Rule:
@@ -213,6 +224,7 @@ async def create_consumer_group(ask: Ask) -> list[Need]:
     return _named(Need.group, ask.json_field("name"), SUB)
 
 
+@by_path
 async def signed_in(_: Ask) -> list[Need]:
     """Any known account (from an allowed address): the console's overview and logout, a trace
     report (whose events are checked one by one)."""

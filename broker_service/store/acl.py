@@ -11,6 +11,7 @@ one B-tree and the purge (:meth:`AclPart.purge_nonces`, every few seconds) cuts 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 from sqlalchemy import bindparam, delete, insert, select, text
@@ -21,28 +22,43 @@ from broker_service.store.schema import acl_nonces, acl_versions
 
 _latest = select(acl_versions).order_by(acl_versions.c.id.desc()).limit(1)
 # All of a group commit's rows in one statement -- one round trip, and one release of the GIL by
-# the writer thread instead of one a row -- the new ones coming back.  Compiled once: the rows go
-# as one JSON array (SQLite) or as three arrays (PostgreSQL).
-_insert_sqlite = Prepared(
-    text(
-        "INSERT INTO acl_nonces (signed_at, access_key, nonce) "
-        "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
-        "json_extract(value, '$[2]') FROM json_each(:rows) WHERE true "
-        "ON CONFLICT DO NOTHING RETURNING signed_at, access_key, nonce"
-    )
+# the writer thread instead of one a row.  Compiled once: the rows go as one JSON array (SQLite)
+# or as three arrays (PostgreSQL).  The plain form only counts what it inserted (the common case:
+# every nonce new); the other returns the new ones, to tell a replay from its neighbours.
+_INSERT_SQLITE = (
+    "INSERT INTO acl_nonces (signed_at, access_key, nonce) "
+    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    "json_extract(value, '$[2]') FROM json_each(:rows) WHERE true "
+    "ON CONFLICT DO NOTHING"
 )
-_insert_pg = Prepared(
-    text(
-        "INSERT INTO acl_nonces (signed_at, access_key, nonce) "
-        "SELECT * FROM unnest(CAST(:signed_at AS BIGINT[]), CAST(:access_key AS TEXT[]), "
-        "CAST(:nonce AS TEXT[])) "
-        "ON CONFLICT DO NOTHING RETURNING signed_at, access_key, nonce"
-    )
+_INSERT_PG = (
+    "INSERT INTO acl_nonces (signed_at, access_key, nonce) "
+    "SELECT * FROM unnest(CAST(:signed_at AS BIGINT[]), CAST(:access_key AS TEXT[]), "
+    "CAST(:nonce AS TEXT[])) "
+    "ON CONFLICT DO NOTHING"
 )
+_RETURNING = " RETURNING signed_at, access_key, nonce"
+_insert_sqlite = Prepared(text(_INSERT_SQLITE))
+_insert_pg = Prepared(text(_INSERT_PG))
+_insert_sqlite_returning = Prepared(text(_INSERT_SQLITE + _RETURNING))
+_insert_pg_returning = Prepared(text(_INSERT_PG + _RETURNING))
 _purge = delete(acl_nonces).where(acl_nonces.c.signed_at < bindparam("before"))
 
 
 class AclPart(SqlPart):
+    def remember_new_nonces(self, nonces: Sequence[tuple[str, str, int]]) -> bool:
+        """Remember each ``(access_key, nonce, signed_at)``; True when every one was new (none
+        seen before, none twice).  False leaves the new ones inserted and does not say which
+        they were: the caller rolls back and asks :meth:`remember_nonces`."""
+        unique = list({(t, k, n): None for k, n, t in nonces})
+        if len(unique) < len(nonces):
+            return False
+        if self._postgres:
+            inserted = _insert_pg.rowcount(self.conn, self._pg_columns(unique))
+        else:
+            inserted = _insert_sqlite.rowcount(self.conn, {"rows": orjson.dumps(unique).decode()})
+        return inserted == len(unique)
+
     def remember_nonces(self, nonces: Sequence[tuple[str, str, int]]) -> list[bool]:
         """Remember each ``(access_key, nonce, signed_at)``; True where it was not seen before
         (of two equal ones in ``nonces``, the first)."""
@@ -50,20 +66,23 @@ class AclPart(SqlPart):
             return []
         unique = list({(t, k, n): None for k, n, t in nonces})
         if self._postgres:
-            params = {
-                "signed_at": [t for t, _, _ in unique],
-                "access_key": [k for _, k, _ in unique],
-                "nonce": [n for _, _, n in unique],
-            }
-            rows = _insert_pg.all(self.conn, params)
+            rows = _insert_pg_returning.all(self.conn, self._pg_columns(unique))
         else:
-            rows = _insert_sqlite.all(self.conn, {"rows": orjson.dumps(unique).decode()})
+            rows = _insert_sqlite_returning.all(self.conn, {"rows": orjson.dumps(unique).decode()})
         inserted = {(row["signed_at"], row["access_key"], row["nonce"]) for row in rows}
         fresh = []
         for key, nonce, signed_at in nonces:
             fresh.append((signed_at, key, nonce) in inserted)
             inserted.discard((signed_at, key, nonce))
         return fresh
+
+    @staticmethod
+    def _pg_columns(unique: list[tuple[int, str, str]]) -> dict[str, list[Any]]:
+        return {
+            "signed_at": [t for t, _, _ in unique],
+            "access_key": [k for _, k, _ in unique],
+            "nonce": [n for _, _, n in unique],
+        }
 
     def purge_nonces(self, before: int) -> int:
         """Forget requests signed before ``before`` (ms): they can no longer be accepted."""

@@ -6,7 +6,9 @@ waiting (up to ``batch_max``), runs it in one store transaction, flushes the buf
 batch gathers, so the batch size follows the load with no timer.
 
 A signed request's nonce rides with its unit: the batch's nonces are remembered in one statement
-before the units run, and a unit whose nonce was seen before is answered ``Replayed`` unrun.
+before the units run, and a unit whose nonce was seen before is answered ``Replayed`` unrun.  The
+statement only counts what it inserted; when that falls short (a replay in the batch) the batch
+runs again, its nonces told apart one by one.
 
 A unit that raises a :class:`DomainError` is dropped from the batch (its appends undone) and answered
 with the error.  In a batch of several units on PostgreSQL a resolution may be ``DEFERRED`` to the
@@ -133,10 +135,11 @@ class GroupCommitWriter:
         try:
             try:
                 self._run_batch(batch)
-            except ResolutionRace:
-                # Another broker resolved a transaction this batch meant to: the batch again,
-                # each resolution checked as it is made (see SqlTx.resolve_transaction).
-                self._run_batch(batch, defer_resolutions=False)
+            except (ResolutionRace, _NonceSeen):
+                # Another broker resolved a transaction this batch meant to, or a nonce of the
+                # batch was seen before: the batch again, each resolution checked as it is made
+                # (see SqlTx.resolve_transaction) and each nonce on its own.
+                self._run_batch(batch, careful=True)
         except Exception as exc:
             if len(batch) == 1:
                 self._run_alone(batch[0], exc)
@@ -147,7 +150,7 @@ class GroupCommitWriter:
             return
         self._answer(batch)
 
-    def _run_batch(self, batch: list[_Job], *, defer_resolutions: bool = True) -> None:
+    def _run_batch(self, batch: list[_Job], *, careful: bool = False) -> None:
         if self._conn is None:
             self._conn = self.engine.connect()
         conn = self._conn
@@ -155,11 +158,11 @@ class GroupCommitWriter:
         try:
             with conn.begin():
                 # Resolutions wait for the flush only where a race they lose can be run again.
-                tx = SqlTx(conn, defer_resolutions=defer_resolutions and len(batch) > 1)
+                tx = SqlTx(conn, defer_resolutions=not careful and len(batch) > 1)
                 wanted = [t for job in batch for t in job.read_ahead]
                 if len(wanted) > 1:  # one lookup for all instead of one round trip each
                     tx.read_ahead(wanted)
-                replayed = _replayed(tx, batch)
+                replayed = _replayed(tx, batch, exact=careful)
                 for job in batch:
                     if id(job) in replayed:
                         job.value, job.ok = replayed_error(job.nonce), False
@@ -171,7 +174,7 @@ class GroupCommitWriter:
                         tx.rollback_to(mark)
                         job.value, job.ok = error, False
                 tx.flush()
-        except ResolutionRace:
+        except (ResolutionRace, _NonceSeen):
             raise  # rolled back; the connection is sound
         except BaseException:
             self._drop_connection()  # the next try starts on a fresh one
@@ -192,7 +195,7 @@ class GroupCommitWriter:
         error: Exception = first_error
         for _ in range(_RETRIES):
             try:
-                self._run_batch([job])
+                self._run_batch([job], careful=True)
             except DataError as exc:
                 # The store refused a value (PostgreSQL: a NUL in text, a number out of range):
                 # the request is wrong, and trying again cannot help.
@@ -221,11 +224,20 @@ class GroupCommitWriter:
                 loop.call_soon_threadsafe(_settle, jobs)
 
 
-def _replayed(tx: SqlTx, batch: list[_Job]) -> set[int]:
-    """Remember the batch's nonces in one statement; the jobs (``id``) whose nonce was seen."""
+class _NonceSeen(Exception):
+    """A nonce of the batch was seen before: run it again with ``exact`` nonces."""
+
+
+def _replayed(tx: SqlTx, batch: list[_Job], *, exact: bool) -> set[int]:
+    """Remember the batch's nonces in one statement; the jobs (``id``) whose nonce was seen.
+    Not ``exact``: :class:`_NonceSeen` when any was, without telling which."""
     signed = [(job, job.nonce) for job in batch if job.nonce is not None]
     if not signed:
         return set()
+    if not exact:
+        if tx.remember_new_nonces([nonce for _, nonce in signed]):
+            return set()
+        raise _NonceSeen
     fresh = tx.remember_nonces([nonce for _, nonce in signed])
     return {id(job) for (job, _), new in zip(signed, fresh, strict=True) if not new}
 

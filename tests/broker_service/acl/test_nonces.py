@@ -63,6 +63,30 @@ async def test_a_nonce_takes_effect_once_even_twice_in_one_group_commit(store: S
     assert isinstance(replay, Unauthenticated)
 
 
+async def test_a_replay_in_a_group_commit_of_fresh_requests_refuses_it_alone(
+    store: SqlStore,
+) -> None:
+    """A batch's nonces go in one statement that only counts what it inserted; a replay among
+    fresh requests makes the batch run again with its nonces told apart: the fresh ones take
+    effect once, and their nonces are remembered."""
+    ran: list[str] = []
+    assert await _signed(_nonce("seen"), store.write, ran) == "done"
+    fresh = [f"fresh-{i}" for i in range(6)]
+    results = await asyncio.gather(
+        *(_signed(_nonce(value), store.write, ran) for value in fresh[:3]),
+        _signed(_nonce("seen"), store.write, ran),
+        *(_signed(_nonce(value), store.write, ran) for value in fresh[3:]),
+    )
+    assert [isinstance(r, Unauthenticated) for r in results] == [False] * 3 + [True] + [False] * 3
+    assert sorted(ran) == sorted(["seen", *fresh])
+    stored = await store.read(
+        lambda tx: tx.conn.exec_driver_sql("SELECT nonce FROM acl_nonces").scalars().all()
+    )
+    assert sorted(stored) == sorted(["seen", *fresh])
+    again = await _signed(_nonce("fresh-4"), store.write, ran)
+    assert isinstance(again, Unauthenticated) and again.code == "NONCE_REPLAYED"
+
+
 async def test_only_the_requests_first_write_remembers_it(store: SqlStore) -> None:
     """A request that writes twice is not refused by its own nonce; without one bound, nothing
     is remembered."""
