@@ -1,11 +1,14 @@
 """The console in Debian's chromium (Playwright, sync API) against a real broker process with
-the ACL on: sign in, commit a PREPARED half by its button, check one now and see CHECKED on its
-timeline, resend a dead letter; an account without admin sees no buttons and is refused when it
-posts anyway; a post without its CSRF token is refused.  Every page is photographed."""
+the ACL on: sign in, commit a PREPARED half by its button (its confirmation dismissed first does
+nothing), check one now and see CHECKED on its timeline, resend a dead letter; every action's
+confirmation dialog is recorded and its question checked.  An account without admin sees no
+buttons and is refused when it posts anyway; a post without its CSRF token is refused.  Every
+page is photographed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -18,11 +21,31 @@ from tests.support import wait_until
 pytestmark = pytest.mark.slow
 
 
+@dataclass
+class Dialogs:
+    """The dialogs a page opened, (type, message) each, and what the next one is answered."""
+
+    seen: list[tuple[str, str]] = field(default_factory=list)
+    accept: bool = True
+
+    def answer(self, dialog: Any) -> None:
+        self.seen.append((dialog.type, dialog.message))
+        if self.accept:
+            dialog.accept()
+        else:
+            dialog.dismiss()
+
+
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def dialogs() -> Dialogs:
+    return Dialogs()
+
+
+@pytest.fixture
+def page(browser: Any, dialogs: Dialogs) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     opened = context.new_page()
-    opened.on("dialog", lambda dialog: dialog.accept())  # every action asks first: yes
+    opened.on("dialog", dialogs.answer)  # every action asks first: recorded, then answered
     try:
         yield opened
     finally:
@@ -49,7 +72,9 @@ def _state(scene: Scene, transaction_id: str) -> str:
         return state
 
 
-def test_admin_commits_a_prepared_half_by_its_button(scene: Scene, page: Any) -> None:
+def test_admin_commits_a_prepared_half_by_its_button(
+    scene: Scene, page: Any, dialogs: Dialogs
+) -> None:
     sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key, shot="login.png")
     page.screenshot(path=str(scene.shots / "overview.png"), full_page=True)
     assert page.text_content("#pending-total") == "3"
@@ -60,8 +85,17 @@ def test_admin_commits_a_prepared_half_by_its_button(scene: Scene, page: Any) ->
     page.click(f"text={half}")
     assert page.text_content("#state") == "PREPARED"
     page.screenshot(path=str(scene.shots / "transaction-prepared.png"), full_page=True)
-    page.click("#action-commit")  # confirmed by the dialog handler
+    question = ("confirm", "Commit this transaction? Its message goes to consumers.")
+    dialogs.accept = False  # "Cancel": nothing is posted
+    page.click("#action-commit")
+    assert dialogs.seen == [question]
+    page.reload()
+    assert page.text_content("#state") == "PREPARED"
+    assert _state(scene, half) == "PREPARED"
+    dialogs.accept = True
+    page.click("#action-commit")
     page.wait_for_selector("#state:has-text('COMMITTED')")
+    assert dialogs.seen == [question, question]
     assert _state(scene, half) == "COMMITTED"
     row = page.locator("table.audit tbody tr").first
     assert "operator-key" in row.inner_text()
@@ -71,12 +105,13 @@ def test_admin_commits_a_prepared_half_by_its_button(scene: Scene, page: Any) ->
     page.screenshot(path=str(scene.shots / "transaction-committed.png"), full_page=True)
 
 
-def test_check_now_puts_checked_on_the_timeline(scene: Scene, page: Any) -> None:
+def test_check_now_puts_checked_on_the_timeline(scene: Scene, page: Any, dialogs: Dialogs) -> None:
     sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
     half = scene.halves[1]
     page.goto(f"{scene.broker.url}/console/transactions/{half}")
     page.click("#action-check-now")
     page.wait_for_url(f"{scene.broker.url}/console/transactions/{half}")
+    assert dialogs.seen == [("confirm", "Ask a producer instance about this transaction now?")]
     assert "check_now" in page.locator("table.audit tbody tr").first.inner_text()
 
     def checked() -> bool:
@@ -94,7 +129,7 @@ def test_check_now_puts_checked_on_the_timeline(scene: Scene, page: Any) -> None
     page.screenshot(path=str(scene.shots / "message-trace.png"), full_page=True)
 
 
-def test_resend_a_dead_letter(scene: Scene, page: Any) -> None:
+def test_resend_a_dead_letter(scene: Scene, page: Any, dialogs: Dialogs) -> None:
     sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
     page.click("text=Consumer groups")
     page.click("a[href='/console/consumer-groups/smith-bank']")
@@ -105,6 +140,7 @@ def test_resend_a_dead_letter(scene: Scene, page: Any) -> None:
     page.screenshot(path=str(scene.shots / "dlq.png"), full_page=True)
     page.click("#resend-selected")
     page.wait_for_selector("table.audit tbody tr")
+    assert dialogs.seen == [("confirm", "Resend the selected messages to the group?")]
     row = page.locator("table.audit tbody tr").first.inner_text()
     assert "resend_dead_letter" in row
     assert "ok" in row
@@ -133,9 +169,24 @@ def test_an_account_without_admin_sees_no_buttons_and_is_refused(scene: Scene, p
     assert page.request.get(f"{scene.broker.url}/console/topics").status == 403
 
 
-def test_a_post_without_its_csrf_token_is_refused(scene: Scene, page: Any) -> None:
-    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+def test_a_post_without_its_csrf_token_is_refused(scene: Scene, browser: Any, page: Any) -> None:
     half = scene.halves[2]
+    # An account without admin posts with its own session and token: refused by the ACL, so
+    # the audit log below holds a PERMISSION_DENIED whatever ran before this test.
+    teller = browser.new_context()
+    try:
+        teller_page = teller.new_page()
+        sign_in(teller_page, scene, TELLER.access_key, TELLER.secret_key)
+        teller_page.goto(f"{scene.broker.url}/console/transactions/{half}")
+        token = csrf_of(teller_page.content())
+        refused = teller_page.request.post(
+            f"{scene.broker.url}/console/transactions/{half}/rollback", form={"csrf_token": token}
+        )
+        assert refused.status == 403
+        assert refused.json()["error"]["code"] == "PERMISSION_DENIED"
+    finally:
+        teller.close()
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
     url = f"{scene.broker.url}/console/transactions/{half}/rollback"
     for form in ({}, {"csrf_token": "forged"}):
         refused = page.request.post(url, form=form)
@@ -143,9 +194,15 @@ def test_a_post_without_its_csrf_token_is_refused(scene: Scene, page: Any) -> No
         assert refused.json()["error"]["code"] == "CSRF_INVALID"
     assert _state(scene, half) == "PREPARED"
     page.goto(f"{scene.broker.url}/console/audit")
-    entries = page.locator("table.audit tbody").inner_text()
-    assert "CSRF_INVALID" in entries
-    assert "PERMISSION_DENIED" in entries
+    rows = page.locator("table.audit tbody tr")
+    entries = [rows.nth(i).inner_text() for i in range(rows.count())]
+    csrf = [e for e in entries if "CSRF_INVALID" in e]
+    assert len(csrf) >= 2
+    assert all("operator-key" in e and "rollback" in e and "refused" in e for e in csrf[:2])
+    denied = [e for e in entries if "PERMISSION_DENIED" in e and "rollback" in e]
+    assert denied
+    assert "teller-key" in denied[0]
+    assert f"transaction:{half}" in denied[0]
     page.screenshot(path=str(scene.shots / "audit.png"), full_page=True)
 
 

@@ -215,3 +215,171 @@ def test_reports_are_read_newest_first_and_only_by_plain_names(tmp_path: Path) -
     for bad in ("..", "../x", "date=2026-11-24/../../etc", ""):
         assert report_html(tmp_path, bad) is None
     assert read_reports(tmp_path / "missing") == []
+
+
+async def _dead_letter(broker: BrokerApp) -> str:
+    """smith-bank gives up on a message at once (max_reconsume_times 0): a dead letter."""
+    client = broker.client
+    group = {"name": "smith-bank", "consume_from": "FIRST_OFFSET", "max_reconsume_times": 0}
+    assert (await client.post("/v1/consumer-groups", json=group)).is_success
+    subscription = {"topic": "transfers"}
+    assert (
+        await client.post("/v1/consumer-groups/smith-bank/subscriptions", json=subscription)
+    ).is_success
+    sent = await client.post("/v1/topics/transfers/messages", json={"body": "credit 7"})
+    assert sent.is_success, sent.text
+    got = await client.post(
+        "/v1/consumer-groups/smith-bank/receive",
+        json={"client_id": "smith-1", "topic": "transfers", "wait_seconds": 0},
+    )
+    (message,) = got.json()["messages"]
+    nack = await client.post(
+        "/v1/consumer-groups/smith-bank/nack", json={"receipt_handle": message["receipt_handle"]}
+    )
+    assert nack.json()["outcome"] == "DLQ", nack.text
+    return str(message["msg_id"])
+
+
+def _audit_rows(html: str) -> list[str]:
+    table = re.search(r'<table class="audit">.*?</table>', html, re.S)
+    assert table is not None, "no audit log on the page"
+    return re.findall(r"<tr>\s*<td.*?</tr>", table.group(0), re.S)
+
+
+async def test_a_consumer_group_page_its_dead_letters_and_a_resend(migrated_url: str) -> None:
+    async with BrokerApp.start(database_url=migrated_url, scheduler=False) as broker:
+        client = broker.client
+        await broker.topic("transfers", 2)
+        dead = await _dead_letter(broker)
+        await client.post("/v1/topics/transfers/messages", json={"body": "credit 8"})
+        page = await client.get("/console/consumer-groups/smith-bank")
+        assert page.status_code == 200
+        assert "FIRST_OFFSET" in page.text
+        assert "<li>transfers <code>*</code></li>" in page.text  # its subscription
+        assert 'id="total-lag">1<' in page.text  # credit 8, not yet received
+        assert 'id="dead">1<' in page.text
+        assert "smith-1" in page.text  # the member that received
+        assert "%RETRY%smith-bank" in page.text
+        dlq = await client.get("/console/consumer-groups/smith-bank/dlq")
+        assert dlq.status_code == 200
+        assert f'value="{dead}"' in dlq.text
+        assert "<td>transfers</td>" in dlq.text  # its original topic
+        assert '<td class="resent">-</td>' in dlq.text
+        # Resend it through the form: the DLQ page says when, the audit log says who.
+        done = await client.post(
+            "/console/consumer-groups/smith-bank/dlq/resend",
+            data={"csrf_token": csrf_of(dlq.text), "msg_id": dead},
+        )
+        assert done.status_code == 303
+        assert done.headers["location"] == "/console/consumer-groups/smith-bank/dlq"
+        after = (await client.get("/console/consumer-groups/smith-bank/dlq")).text
+        assert '<td class="resent">-</td>' not in after
+        (row,) = _audit_rows(after)
+        assert "resend_dead_letter" in row
+        assert ">ok<" in row
+        assert dead in row
+        api = (await client.get("/v1/consumer-groups/smith-bank/dlq")).json()["messages"]
+        assert api[0]["resent_at"] is not None
+        again = await client.post(
+            "/v1/consumer-groups/smith-bank/receive",
+            json={"client_id": "smith-1", "wait_seconds": 0, "max_messages": 10},
+        )
+        assert dead in {m["msg_id"] for m in again.json()["messages"]}  # delivered again
+
+
+async def test_a_rollback_through_the_console(migrated_url: str) -> None:
+    async with BrokerApp.start(database_url=migrated_url, scheduler=False) as broker:
+        await broker.topic("transfers", 2)
+        txid = (await _half(broker))["transaction_id"]
+        page = (await broker.client.get(f"/console/transactions/{txid}")).text
+        assert 'id="action-rollback"' in page
+        done = await broker.client.post(
+            f"/console/transactions/{txid}/rollback", data={"csrf_token": csrf_of(page)}
+        )
+        assert done.status_code == 303
+        after = (await broker.client.get(f"/console/transactions/{txid}")).text
+        assert 'id="state">ROLLED_BACK' in after
+        assert 'id="actions"' not in after  # nothing left to do
+        (row,) = _audit_rows(after)
+        assert ">rollback<" in row
+        assert ">ok<" in row
+        assert "state=ROLLED_BACK" in row
+        api = (await broker.client.get(f"/v1/transactions/{txid}")).json()
+        assert (api["state"], api["resolved_by"]) == ("ROLLED_BACK", "operator")
+        metrics = (await broker.client.get("/metrics")).text
+        assert 'halfmq_audit_actions_total{action="rollback",result="ok"} 1.0' in metrics
+
+
+async def test_reset_offset_through_the_console(migrated_url: str) -> None:
+    async with BrokerApp.start(database_url=migrated_url, scheduler=False) as broker:
+        client = broker.client
+        await broker.topic("transfers", 1)
+        group = {"name": "audit-bank", "consume_from": "FIRST_OFFSET"}
+        assert (await client.post("/v1/consumer-groups", json=group)).is_success
+        subscription = {"topic": "transfers"}
+        assert (
+            await client.post("/v1/consumer-groups/audit-bank/subscriptions", json=subscription)
+        ).is_success
+        for n in range(3):
+            await client.post("/v1/topics/transfers/messages", json={"body": f"m{n}"})
+        got = await client.post(
+            "/v1/consumer-groups/audit-bank/receive",
+            json={"client_id": "a1", "max_messages": 10, "wait_seconds": 0},
+        )
+        handles = [m["receipt_handle"] for m in got.json()["messages"]]
+        await client.post("/v1/consumer-groups/audit-bank/ack", json={"receipt_handles": handles})
+        page = (await client.get("/console/consumer-groups/audit-bank")).text
+        assert 'id="total-lag">0<' in page
+        assert "<option>transfers</option>" in page
+        # Back to before the first message: the group consumes all three again.
+        done = await client.post(
+            "/console/consumer-groups/audit-bank/reset-offset",
+            data={"csrf_token": csrf_of(page), "topic": "transfers",
+                  "timestamp": "2000-01-01T00:00:00"},
+        )  # fmt: skip
+        assert done.status_code == 303
+        after = (await client.get("/console/consumer-groups/audit-bank")).text
+        assert 'id="total-lag">3<' in after
+        (row,) = _audit_rows(after)
+        assert ">reset_offset<" in row
+        assert ">ok<" in row
+        assert "offsets={&#39;0&#39;: 0}" in row
+        # A topic it does not subscribe to: tried, refused by the broker, audited as failed.
+        failed = await client.post(
+            "/console/consumer-groups/audit-bank/reset-offset",
+            data={"csrf_token": csrf_of(after), "topic": "other", "timestamp": "2000-01-01T00:00"},
+        )
+        assert failed.status_code == 303
+        rows = _audit_rows((await client.get("/console/consumer-groups/audit-bank")).text)
+        assert ">failed<" in rows[0]
+        assert "SUBSCRIPTION_NOT_FOUND" in rows[0]
+
+
+async def test_create_and_delete_a_topic_through_the_console(migrated_url: str) -> None:
+    async with BrokerApp.start(database_url=migrated_url, scheduler=False) as broker:
+        client = broker.client
+        page = (await client.get("/console/topics")).text
+        created = await client.post(
+            "/console/topics",
+            data={"csrf_token": csrf_of(page), "name": "payouts", "queues": "3", "ordered": "on"},
+        )
+        assert created.status_code == 303
+        api = (await client.get("/v1/topics/payouts")).json()
+        assert (api["queues"], api["order"]) == (3, True)
+        page = (await client.get("/console/topics")).text
+        assert '<td class="mono">payouts</td>' in page
+        assert 'action="/console/topics/payouts/delete"' in page
+        (row,) = _audit_rows(page)
+        assert ">create_topic<" in row
+        assert ">ok<" in row
+        deleted = await client.post(
+            "/console/topics/payouts/delete", data={"csrf_token": csrf_of(page)}
+        )
+        assert deleted.status_code == 303
+        assert (await client.get("/v1/topics/payouts")).status_code == 404
+        page = (await client.get("/console/topics")).text
+        assert '<td class="mono">payouts</td>' not in page
+        rows = _audit_rows(page)
+        assert ">delete_topic<" in rows[0]
+        assert ">ok<" in rows[0]
+        assert "topic=payouts" in rows[0]
