@@ -89,7 +89,8 @@ def show_(
     access_key: AccessKeyOption = None,
     secret_key: SecretKeyOption = None,
 ) -> None:
-    """Members, subscriptions, and per queue: committed and max offset, lag, in flight, retrying, dead."""
+    """Members, subscriptions, and per queue: committed and max offset, lag, in flight, retrying,
+    dead, and expired (purged by retention before the group passed them)."""
     with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
         answer = client.show_group(group)
     show(answer, as_json, lambda g: render_group(g, f"consumer group {group}"))
@@ -143,10 +144,24 @@ def render_group(group: Json, title: str) -> RenderableType:
         ("in flight", group["in_flight"]),
         ("retrying", group["retrying"]),
         ("dead", group["dead"]),
+        # Messages retention purged before the group (a member) passed them: past the hard
+        # limit, or a broadcasting member gone for the whole retention (docs/store.md).
+        ("expired", sum(q.get("expired", 0) for q in group["queues"])),
     ]
     queues = table(
         "queues",
-        ["topic", "queue", "member", "committed", "max", "lag", "in flight", "retrying", "dead"],
+        [
+            "topic",
+            "queue",
+            "member",
+            "committed",
+            "max",
+            "lag",
+            "in flight",
+            "retrying",
+            "dead",
+            "expired",
+        ],
         [
             [
                 q["topic"],
@@ -158,6 +173,7 @@ def render_group(group: Json, title: str) -> RenderableType:
                 q["in_flight"],
                 q["retrying"],
                 q["dead"],
+                q.get("expired", 0),
             ]
             for q in group["queues"]
         ],
