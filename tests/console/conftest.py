@@ -100,7 +100,8 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
 
 
 def _dead_letter(admin: httpx.Client) -> str:
-    """smith-bank gives up on a message at once (max_reconsume_times 0): a dead letter."""
+    """smith-bank gives up on a message at once (max_reconsume_times 0): a dead letter; then four
+    more messages wait for it (its lag)."""
     group = {"name": "smith-bank", "consume_from": "FIRST_OFFSET", "max_reconsume_times": 0}
     assert admin.post("/v1/consumer-groups", json=group).is_success
     subscription = {"topic": "transfers"}
@@ -115,6 +116,9 @@ def _dead_letter(admin: httpx.Client) -> str:
     handle = received[0]["receipt_handle"]
     nack = admin.post("/v1/consumer-groups/smith-bank/nack", json={"receipt_handle": handle})
     assert nack.json()["outcome"] == "DLQ", nack.text
+    for n in range(8, 12):  # and then some it has not received yet: a lag
+        more = {"body": f"credit {n}", "keys": [f"k{n}"]}
+        assert admin.post("/v1/topics/transfers/messages", json=more).is_success
     return str(received[0]["msg_id"])
 
 

@@ -1,9 +1,9 @@
 """The console in Debian's chromium (Playwright, sync API) against a real broker process with
 the ACL on: sign in, commit a PREPARED half by its button (its confirmation dismissed first does
-nothing), check one now and see CHECKED on its timeline, resend a dead letter; every action's
-confirmation dialog is recorded and its question checked.  An account without admin sees no
-buttons and is refused when it posts anyway; a post without its CSRF token is refused.  Every
-page is photographed."""
+nothing), check one now and see CHECKED on its timeline, resend a dead letter, resume the checks
+of a DISCARDED half; every action's confirmation dialog is recorded and its question checked.  An
+account without admin sees no buttons and is refused when it posts anyway; a post without its
+CSRF token is refused.  Every page is photographed."""
 
 from __future__ import annotations
 
@@ -132,8 +132,15 @@ def test_check_now_puts_checked_on_the_timeline(scene: Scene, page: Any, dialogs
 def test_resend_a_dead_letter(scene: Scene, page: Any, dialogs: Dialogs) -> None:
     sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
     page.click("text=Consumer groups")
+    assert page.is_visible("a[href='/console/consumer-groups/smith-bank']")
+    page.screenshot(path=str(scene.shots / "consumer-groups.png"), full_page=True)
+    listed = page.locator("#groups tbody tr", has_text="smith-bank").inner_text().split()
     page.click("a[href='/console/consumer-groups/smith-bank']")
-    assert page.text_content("#total-lag") is not None
+    lag = page.text_content("#total-lag") or ""
+    assert lag.isdigit()
+    assert int(lag) >= 4  # the four sent after its dead letter, at least
+    assert listed[1] == lag  # the list says the same
+    assert page.text_content("#dead") == "1"
     page.screenshot(path=str(scene.shots / "consumer-group.png"), full_page=True)
     page.goto(f"{scene.broker.url}/console/consumer-groups/smith-bank/dlq")
     page.check(f"input[name=msg_id][value='{scene.dead_msg_id}']")
@@ -221,6 +228,32 @@ def test_the_other_pages_render(scene: Scene, page: Any) -> None:
         page.screenshot(path=str(scene.shots / shot), full_page=True)
     page.goto(base + "/console/reconciliation/date=2026-11-24")
     assert "Report 2026-11-24" in page.content()
+
+
+def test_a_discarded_half_offers_resume_checks(scene: Scene, page: Any, dialogs: Dialogs) -> None:
+    """A half whose topic was deleted is DISCARDED by the next check round; an admin resumes its
+    checks by the button."""
+    with httpx.Client(base_url=scene.broker.url, auth=HalfmqAuth(OPERATOR), timeout=10) as admin:
+        assert admin.post("/v1/topics", json={"name": "closed-accounts", "queues": 1}).is_success
+        body = {"topic": "closed-accounts", "producer_group": "bob-bank", "body": "close 9"}
+        created = admin.post("/v1/transactions", json=body)
+        assert created.status_code == 201, created.text
+        half = created.json()["transaction_id"]
+        assert admin.delete("/v1/topics/closed-accounts").is_success
+        assert admin.post(f"/v1/transactions/{half}/check").is_success  # a round, at once
+    wait_until(lambda: _state(scene, half) == "DISCARDED", 15, "the half DISCARDED")
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+    page.goto(f"{scene.broker.url}/console/transactions/{half}")
+    assert page.text_content("#state") == "DISCARDED"
+    assert page.is_visible("#action-resume-checks")
+    assert "TOPIC_DELETED" in (page.text_content("dl.facts") or "")
+    page.screenshot(path=str(scene.shots / "transaction-discarded.png"), full_page=True)
+    page.click("#action-resume-checks")
+    page.wait_for_selector("table.audit tbody tr")
+    assert dialogs.seen == [("confirm", "Resume checks of this discarded half?")]
+    row = page.locator("table.audit tbody tr").first.inner_text()
+    assert "resume_checks" in row
+    assert "ok" in row
 
 
 def test_no_secret_reaches_the_broker_log(scene: Scene) -> None:
