@@ -23,11 +23,12 @@ fixture exists when pytest-asyncio is installed: an async fixture needs its even
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from halfmq.testing import InProcessBroker
+if TYPE_CHECKING:  # the broker is imported by the first test that asks for one, not at start
+    from halfmq.testing import InProcessBroker
 
 MARKER = "halfmq_broker"
 
@@ -46,6 +47,8 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
 @pytest.fixture
 def in_process_broker(request: pytest.FixtureRequest) -> Iterator[InProcessBroker]:
     """A running in-process broker for sync clients: ``transport=in_process_broker.transport``."""
+    from halfmq.testing import InProcessBroker
+
     with InProcessBroker(**_settings(request)) as broker:
         yield broker
 
@@ -62,5 +65,7 @@ else:
     ) -> AsyncIterator[InProcessBroker]:
         """A running in-process broker for asyncio clients, on the test's event loop:
         ``transport=async_in_process_broker.async_transport``."""
+        from halfmq.testing import InProcessBroker
+
         async with InProcessBroker(**_settings(request)) as broker:
             yield broker

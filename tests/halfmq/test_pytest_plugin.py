@@ -60,3 +60,17 @@ def test_a_users_test_file_gets_the_fixtures_by_name(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 passed" in result.stdout
+
+
+def test_the_plugin_imports_no_broker_until_a_test_asks_for_one() -> None:
+    """pytest loads the plugin in every session of an environment with halfmq installed: loading
+    it must not import the broker (FastAPI, SQLAlchemy and the rest) for tests that never use it."""
+    probe = (
+        "import sys, halfmq.pytest_plugin; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('broker_service', 'fastapi', 'sqlalchemy')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"
