@@ -340,8 +340,28 @@ class RetentionPart(SqlPart):
             t.resolved_at < resolved_before,
         )
         if dry_run:
-            n = self.conn.execute(select(func.count()).select_from(transactions).where(old))
-            return {"transactions": int(n.scalar_one())}
+            # What the purge would delete with them: their half, op record and parked copy
+            # (by the partial transaction_id index), and those rows' key rows.
+            resolved = select(t.transaction_id).where(old).scalar_subquery()
+            theirs = and_(m.transaction_id.in_(resolved), m.topic.in_(_HALF_TOPICS))
+            keyed = messages.join(
+                message_keys,
+                and_(
+                    k.topic == m.topic, k.queue_id == m.queue_id, k.queue_offset == m.queue_offset
+                ),
+            )
+            count = self.conn.execute(
+                select(
+                    select(func.count()).select_from(transactions).where(old).scalar_subquery(),
+                    select(func.count()).where(theirs).scalar_subquery(),
+                    select(func.count()).select_from(keyed).where(theirs).scalar_subquery(),
+                )
+            ).one()
+            return {
+                "transactions": int(count[0]),
+                "messages": int(count[1]),
+                "message_keys": int(count[2]),
+            }
         done = list(
             self.conn.execute(
                 # No ORDER BY: the planner would sort every old row for each batch; any will do.

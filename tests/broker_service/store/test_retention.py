@@ -502,3 +502,37 @@ async def test_postgresql_vacuums_what_a_purge_left_dead(pg_url: str) -> None:
             "WHERE schemaname = current_schema() AND relname = 'messages'",
         )
         assert dead[0] < 1000
+
+
+async def test_a_dry_run_counts_what_transactions_take_with_them(broker: BrokerApp) -> None:
+    await broker.topic("t", queues=1)
+    for name, action in (("c1", "commit"), ("c2", "commit"), ("r1", "rollback"), ("p1", None)):
+        response = await broker.client.post(
+            "/v1/transactions",
+            json={"topic": "t", "producer_group": "pg", "body": name, "keys": ["a", "b"]},
+        )
+        assert response.status_code == 201, response.text
+        if action is not None:
+            txid = response.json()["transaction_id"]
+            response = await broker.client.post(
+                f"/v1/transactions/{txid}/{action}", json={"producer_group": "pg"}
+            )
+            assert response.status_code == 200, response.text
+    halves = (
+        "SELECT count(*) FROM messages WHERE topic LIKE 'RMQ_SYS_TRANS_%' "
+        "AND transaction_id IN (SELECT transaction_id FROM transactions WHERE state <> 'PREPARED')"
+    )
+    (theirs,) = sql(broker, halves)
+    assert theirs[0] == 6  # three halves, three op records
+
+    dry = await purger(broker, 49).purge(dry_run=True)
+    done = await purger(broker, 49).purge()
+
+    assert dry.purged == done.purged
+    assert done.purged["transactions"] == 3
+    # Three halves and op records, and the two committed messages in t.
+    assert done.purged["messages"] == 6 + 2
+    # The keys of the halves, and of the committed messages; the op records have none.
+    assert done.purged["message_keys"] == 2 * 3 + 2 * 2
+    ((left,),) = sql(broker, "SELECT count(*) FROM message_keys")
+    assert left == 2  # the prepared half's
