@@ -36,8 +36,20 @@ from spark_reconcile.export import IN_FLIGHT_MS, WATERMARK, Exported, export_day
 from tests.support import BrokerApp
 
 HOUR = 3_600_000
-EARLIER = 10 * 60_000  # rows "stored ten minutes ago": well before the export's read began
+# Rows "stored two minutes ago": before the export's read began, by more than IN_FLIGHT_MS.
+EARLIER = 2 * 60_000
 POLICY = RetentionPolicy(retention_ms=48 * HOUR, wait_for_export=True, batch=50)
+
+
+@pytest.fixture(autouse=True)
+def _today_began_long_enough_ago() -> None:
+    """Each test exports today and backdates rows by ``EARLIER``: run in the first minutes of a
+    UTC day, they would land in yesterday.  Wait until they cannot (at most ``EARLIER`` + 10 s,
+    in 0.15 % of the day)."""
+    since = now_ms() - day_start_ms(today())
+    margin = EARLIER + 10_000
+    if since < margin:
+        time.sleep((margin - since) / 1000)
 
 
 @pytest.fixture
