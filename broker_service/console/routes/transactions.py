@@ -4,7 +4,7 @@ operator's Commit, Rollback, Check now and Resume checks, each audited on that p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal
 
 from fastapi import Query, Request, Response
 
@@ -38,17 +38,12 @@ def subject_of(transaction_id: str) -> str:
     return f"transaction:{transaction_id}"
 
 
-@runtime_checkable
-class _CountsEvents(Protocol):
-    def trace_event_count(self, msg_id: str, event: str) -> int: ...
-
-
-async def checks_recorded(store: Store, msg_id: str) -> int | None:
+async def checks_recorded(store: Store, msg_id: str) -> int:
     """How many checks the half's trace holds in all: the store reads back only the newest (a
-    half no instance answers gets one each round).  None when the store does not say."""
+    half no instance answers gets one each round)."""
 
-    def unit(tx: StoreTx) -> int | None:
-        return tx.trace_event_count(msg_id, CHECKED) if isinstance(tx, _CountsEvents) else None
+    def unit(tx: StoreTx) -> int:
+        return tx.trace_event_count(msg_id, CHECKED)
 
     return await store.read(unit)
 
