@@ -118,7 +118,9 @@ async def test_a_broadcasting_member_keeps_what_it_has_not_passed_until_it_is_go
     # The messages were stored 49 h ago; both members were seen just now.
     age(broker, "messages", "stored_at", 49)
 
-    report = await purger(broker, 0).purge()
+    # The broker's own purge (48 h, no hard limit), as its scheduler runs it.
+    assert broker.settings.retention_hard_limit_hours is None
+    report = await broker.state.retention.purge()
 
     assert report.purged["messages"] == 2
     assert [(h.group, h.client_id, h.offset) for h in report.held] == [("b", "slow", 2)]
@@ -131,9 +133,8 @@ async def test_a_broadcasting_member_keeps_what_it_has_not_passed_until_it_is_go
     age(broker, "consumers", "last_seen_at", 49)
     sql(broker, "UPDATE consumers SET last_seen_at = :at WHERE client_id = 'fast'", at=now_ms())
     caplog.set_level(logging.WARNING, logger="halfmq.retention")
-    gone = await purger(broker, 0).purge()
+    gone = await broker.state.retention.purge()
 
-    assert POLICY.hard_limit_ms is None
     assert gone.purged["messages"] == 4
     assert [(e.client_id, e.from_offset, e.to_offset, e.idle_member) for e in gone.expired] == [
         ("slow", 2, 6, True)
@@ -144,6 +145,8 @@ async def test_a_broadcasting_member_keeps_what_it_has_not_passed_until_it_is_go
     assert (queues["slow"]["expired"], queues["slow"]["committed_offset"]) == (4, 6)
     assert (queues["fast"]["expired"], queues["fast"]["committed_offset"]) == (0, 6)
     assert queues["slow"]["in_flight"] == 0  # its deliveries of purged messages expired
+    metrics = (await broker.client.get("/metrics")).text
+    assert 'halfmq_retention_expired_messages_total{group="b"} 4.0' in metrics
     assert offsets(broker, "t") == (6, 6)
 
 
