@@ -77,9 +77,12 @@ class RetentionStore(Protocol):
         limit: int | None,
         *,
         dry_run: bool = False,
+        start: int | None = None,
+        end: int | None = None,
     ) -> dict[str, int]:
-        """Delayed messages already moved to their real topic, from the head of a schedule
-        queue; those still waiting stay."""
+        """Delayed messages already moved to their real topic, among the schedule queue's
+        offsets ``start`` (None: its ``min_offset``) to ``end`` (None: a bounded scan past
+        ``start``); those still waiting stay."""
         ...
 
     def purge_deliveries(
@@ -100,8 +103,9 @@ class RetentionStore(Protocol):
         vacuum); the pages freed."""
         ...
 
-    def store_stats(self, export_watermark: str) -> StoreStats:
-        """Sizes, row counts (exact: a full count of each table), the oldest stored message."""
+    def store_stats(self, export_watermark: str, *, count_rows: bool = True) -> StoreStats:
+        """Sizes, row counts (exact: a full count of each table; none, ``rows`` empty, without
+        ``count_rows``), the oldest stored message."""
         ...
 
     def purged_at(self, kind: str, ids: Sequence[str]) -> int | None:

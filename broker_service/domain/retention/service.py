@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar, cast
+from typing import TypeVar
 
 from broker_service.domain import names
 from broker_service.domain.clock import now_ms
@@ -41,25 +41,6 @@ _DRY_CHUNK = 10_000
 _DRY_MAX = 1_000_000
 _COMPACT_STEPS = 64  # a round gives back at most this many steps of free pages (SQLite)
 _DELAYED_RANGE = 5_000  # offsets of a schedule queue one unit looks through for released messages
-
-
-class _DelayedRanges(Protocol):
-    """The store's purge of released delayed messages in one range of offsets, ``start`` to
-    ``end``: ``SqlTx`` takes them, the port ``RetentionStore.purge_released_delayed`` does not
-    declare them yet (to be moved there)."""
-
-    def purge_released_delayed(
-        self,
-        topic: str,
-        queue_id: int,
-        released_before: int,
-        stored_before: int,
-        limit: int | None,
-        *,
-        dry_run: bool = False,
-        start: int | None = None,
-        end: int | None = None,
-    ) -> dict[str, int]: ...
 
 
 class LeaseHeld(Conflict):
@@ -287,7 +268,7 @@ class RetentionService:
             if first[0].stored_at >= cuts.age:
                 return None  # stored in offset order: none behind it is old enough either
             start = first[0].queue_offset  # past a hole left by the ranges before
-            counts = cast(_DelayedRanges, tx).purge_released_delayed(
+            counts = tx.purge_released_delayed(
                 head.topic,
                 head.queue_id,
                 released_before,
@@ -365,8 +346,10 @@ class RetentionService:
             if dry_run or done < self.policy.batch:
                 return
 
-    async def stats(self) -> StoreStats:
-        return await self.store.read(lambda tx: tx.store_stats(self.policy.export_watermark))
+    async def stats(self, *, count_rows: bool = True) -> StoreStats:
+        """``count_rows``: count every table's rows (a full scan of each on PostgreSQL)."""
+        watermark = self.policy.export_watermark
+        return await self.store.read(lambda tx: tx.store_stats(watermark, count_rows=count_rows))
 
     # -- lookups --------------------------------------------------------------------------------
 
