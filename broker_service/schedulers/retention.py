@@ -96,7 +96,8 @@ class RetentionScheduler:
             return None
         self.warn_if_held(report)
         with contextlib.suppress(DomainError):
-            stats = await self.service.stats()
+            # The gauges need the size and the oldest message, not a full count of every table.
+            stats = await self.service.stats(count_rows=False)
             self.metrics.store_size.set(stats.size_bytes)
             oldest = stats.oldest_message_at
             age = 0.0 if oldest is None else max(0.0, (self.service.clock() - oldest) / 1000)

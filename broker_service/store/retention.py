@@ -515,14 +515,14 @@ class RetentionPart(SqlPart):
 
     # -- what an operator asks -------------------------------------------------------------------
 
-    def store_stats(self, export_watermark: str) -> StoreStats:
+    def store_stats(self, export_watermark: str, *, count_rows: bool = True) -> StoreStats:
         rows = {
             name: int(
                 self.conn.execute(
                     select(func.count()).select_from(metadata.tables[name])
                 ).scalar_one()
             )
-            for name in TABLES
+            for name in (TABLES if count_rows else ())
         }
         if self._postgres:
             size = sum(

@@ -108,6 +108,13 @@ async def test_stats_say_what_the_store_holds(broker: BrokerApp, migrated_url: s
     assert 0 <= full["oldest_message_age_seconds"] < 60
     assert full["oldest_message_at"] >= (rfc3339(before - 1000) or "")
 
+    # The purge's gauges read the size and the oldest message without counting every table.
+    service = broker.state.retention
+    counted, uncounted = await service.stats(), await service.stats(count_rows=False)
+    assert counted.rows["messages"] == 3 and uncounted.rows == {}
+    assert uncounted.oldest_message_at == counted.oldest_message_at
+    assert uncounted.size_bytes == counted.size_bytes
+
 
 async def test_the_settings_show_in_the_stats(migrated_url: str) -> None:
     async with BrokerApp.start(
