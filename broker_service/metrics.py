@@ -73,7 +73,7 @@ class StoreReadings(Collector):
             "halfmq_consumer_lag_messages",
             "Messages a consumer group has not consumed, per subscribed topic and queue: the "
             "queue's max offset minus the group's committed offset (broadcasting: the least "
-            "advanced live member)",
+            "advanced live member; no offset yet: minus where a receive would start it)",
             labels=["group", "topic", "queue"],
         )
         readable = GaugeMetricFamily(

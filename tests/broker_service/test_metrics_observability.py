@@ -172,9 +172,11 @@ def row(client: str | None, committed: int | None, seen: int | None) -> GroupQue
 def test_broadcasting_lag_ignores_members_no_longer_live() -> None:
     live_since = 1000
     gone, behind, ahead = row("gone", 0, 10), row("behind", 6, 2000), row("ahead", 9, 3000)
-    assert queue_lag([gone, behind, ahead], live_since) == 4
-    assert queue_lag([gone], live_since) == 10, "no live member: every recorded one counts"
-    assert queue_lag([row(None, None, None)], live_since) == 10, "no member yet: from 0"
+    assert queue_lag([gone, behind, ahead], live_since, None) == 4
+    assert queue_lag([gone], live_since, None) == 10, "no live member: every recorded one counts"
+    no_member = [row(None, None, None)]
+    assert queue_lag(no_member, live_since, 7) == 3, "no member yet: from where it would start"
+    assert queue_lag(no_member, live_since, None) is None, "nor known where: unknown, never 0"
 
 
 async def test_message_past_max_reconsume_times_counts_in_the_dlq(broker: BrokerApp) -> None:

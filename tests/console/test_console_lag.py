@@ -1,21 +1,25 @@
-"""Consumer lag on the console, on both stores: the groups list, a group's page and /metrics say
-the same; a queue where the group has no offset yet counts from where a receive would start it
-(an empty retry queue: 0; a new LAST_OFFSET group: caught up); "unknown" only when the store
-could not be read, and then the page still renders."""
+"""Consumer lag on both stores: the console's groups list and group page, ``GET
+/v1/consumer-groups/{group}`` and /metrics say the same, by the domain's one rule -- a queue where
+the group has no offset yet counts from where a receive would start it (an empty retry queue: 0;
+a new LAST_OFFSET group: caught up; TIMESTAMP: from its time); "unknown" only on the console, only
+when the store could not be read, and then the page still renders."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from broker_service.console import lags
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import NotReady
 from broker_service.store.consumers import GroupPart
+from broker_service.store.progress import ProgressPart
 from tests.support import BrokerApp
 
 
@@ -148,16 +152,24 @@ async def test_a_store_that_cannot_answer_is_unknown_never_a_500(
         await broker.topic("transfers", 2)
         await _send(broker, "transfers", 2)
         await _group(broker, "late", "transfers")
+        await _group(
+            broker, "since", "transfers", message_model="BROADCASTING",
+            consume_from="TIMESTAMP", consume_timestamp=0,
+        )  # fmt: skip
         with monkeypatch.context() as patched:
-            # Where the group would start in its retry queue cannot be read.
-            patched.setattr(lags, "start_offset", _store_down)
-            page = await broker.client.get("/console/consumer-groups/late")
+            # Where the TIMESTAMP group would start cannot be read: the lag is one read, so
+            # nothing of it is shown rather than a part of it.
+            patched.setattr(ProgressPart, "first_offset_since", _store_down)
+            listed = await broker.client.get("/console/consumer-groups")
+            assert listed.status_code == 200
+            assert 'id="unreadable"' in listed.text
+            page = await broker.client.get("/console/consumer-groups/since")
             assert page.status_code == 200
-            retry_row = re.search(r"<tr><td>%RETRY%late</td>.*?</tr>", page.text, re.S)
-            assert retry_row is not None
-            assert ">unknown<" in retry_row.group(0)
-            assert await _page_lag(broker, "late") == "0"  # its topic's offsets were read
-            assert (await _list_lags(broker))["late"] == ("0", "unknown")
+            assert 'id="unreadable"' in page.text
+            assert await _page_lag(broker, "since") == "unknown"
+            assert await _page_lag(broker, "late") == "0"  # its lag needs no such read
+            scraped = (await broker.client.get("/metrics")).text
+            assert "halfmq_consumer_lag_readable 0.0" in scraped
         with monkeypatch.context() as patched:
             # Nothing of the groups can be read.
             patched.setattr(GroupPart, "all_groups_progress", _store_down)
@@ -175,39 +187,109 @@ async def test_a_store_that_cannot_answer_is_unknown_never_a_500(
             assert 'id="unreadable"' in page.text
             assert await _page_lag(broker, "late") == "unknown"
         assert await _page_lag(broker, "late") == "0"  # and back once it answers
+        assert await _page_lag(broker, "since") == "2"
         assert (await _list_lags(broker))["late"] == ("0", "0")
+        assert (await _list_lags(broker))["since"] == ("2", "0")
 
 
-async def test_the_group_page_shows_what_retention_expired_before_the_group_passed_it(
+# -- the API, /metrics and the console: one rule ---------------------------------------------------
+
+Lags = dict[tuple[str, int], int]  # (topic, queue) -> lag
+
+
+async def _api_lags(broker: BrokerApp, group: str) -> tuple[Lags, int]:
+    """The group's rows in ``GET /v1/consumer-groups/{group}`` (one per queue: no member has
+    received yet) and its total."""
+    response = await broker.client.get(f"/v1/consumer-groups/{group}")
+    assert response.status_code == 200, response.text
+    view = response.json()
+    queues = view["queues"]
+    assert all(q["client_id"] is None for q in queues), "one row per queue"
+    return {(q["topic"], q["queue_id"]): q["lag"] for q in queues}, view["lag"]
+
+
+async def _metric_series(broker: BrokerApp, group: str) -> tuple[Lags, int]:
+    """The group's halfmq_consumer_lag_messages series, and its halfmq_retry_messages."""
+    text_ = (await broker.client.get("/metrics")).text
+    found: Lags = {}
+    retrying = -1
+    for family in text_string_to_metric_families(text_):
+        for sample in family.samples:
+            if sample.labels.get("group") != group:
+                continue
+            if sample.name == "halfmq_consumer_lag_messages":
+                found[(sample.labels["topic"], int(sample.labels["queue"]))] = int(sample.value)
+            elif sample.name == "halfmq_retry_messages":
+                retrying = int(sample.value)
+    return found, retrying
+
+
+async def _page_rows(broker: BrokerApp, group: str) -> Lags:
+    page = (await broker.client.get(f"/console/consumer-groups/{group}")).text
+    rows = re.findall(
+        r'<tr><td>([^<]+)</td><td class="num">(\d+)</td><td class="mono">[^<]*</td>\s*'
+        r'<td class="num">[^<]*</td><td class="num">\d+</td>\s*<td class="num">([^<]*)</td>',
+        page,
+    )
+    return {(topic, int(queue)): int(lag) for topic, queue, lag in rows}
+
+
+async def _all_agree(broker: BrokerApp, group: str, expected: Lags, retry: int) -> None:
+    """Per queue: the API's rows, the /metrics series and the page's rows are ``expected``
+    (subscribed topics) and ``retry`` (its retry queue); the totals follow."""
+    retry_key = (f"%RETRY%{group}", 0)
+    api, api_total = await _api_lags(broker, group)
+    assert api == {**expected, retry_key: retry}, ("api", group, api)
+    assert api_total == sum(expected.values()) + retry, ("api total", group)
+    metrics, retrying = await _metric_series(broker, group)
+    assert metrics == expected, ("metrics", group, metrics)
+    assert retrying == retry, ("metrics retry", group, retrying)
+    assert await _page_rows(broker, group) == {**expected, retry_key: retry}, ("page", group)
+    assert await _page_lag(broker, group) == str(sum(expected.values())), ("page total", group)
+    listed = (await _list_lags(broker))[group]
+    assert listed == (str(sum(expected.values())), str(retry)), ("list", group, listed)
+
+
+async def test_the_api_the_metrics_and_the_console_count_a_missing_offset_alike(
     migrated_url: str,
 ) -> None:
-    async with BrokerApp.start(
-        database_url=migrated_url,
-        scheduler=False,
-        retention_wait_for_export=False,
-        retention_hard_limit_hours=72,
-    ) as broker:
-        await broker.topic("transfers", 1)
-        await _group(broker, "slow", "transfers", consume_from="FIRST_OFFSET")
-        await _send(broker, "transfers", 3)
-        got = await _post(
-            broker,
-            "/v1/consumer-groups/slow/receive",
-            {"client_id": "c1", "max_messages": 1, "wait_seconds": 0},
-        )
-        assert len(got["messages"]) == 1  # a position, nothing acked
-        page = (await broker.client.get("/console/consumer-groups/slow")).text
-        assert 'id="expired">0<' in page
-        ahead = 73 * 3_600_000
-        clock = broker.state.retention.clock
-        broker.state.retention.clock = lambda: clock() + ahead
-        purged = await _post(broker, "/v1/store/purge", {"dry_run": False})
-        assert purged["expired"][0]["count"] == 3
-        api = (await broker.client.get("/v1/consumer-groups/slow")).json()
-        expired = sum(q["expired"] for q in api["queues"])
-        assert expired == 3
-        page = (await broker.client.get("/console/consumer-groups/slow")).text
-        assert f'id="expired">{expired}<' in page
-        row = re.search(r"<tr><td>transfers</td>.*?</tr>", page, re.S)
-        assert row is not None
-        assert row.group(0).endswith('<td class="num">3</td></tr>')  # the queue's own column
+    async with BrokerApp.start(database_url=migrated_url, scheduler=False) as broker:
+        await broker.topic("transfers", 2)
+        await _send(broker, "transfers", 6)  # 3 a queue, before any group
+        await asyncio.sleep(0.02)
+        cut = int(time.time() * 1000)
+        await asyncio.sleep(0.02)
+        await _send(broker, "transfers", 4)  # and 2 a queue after the cut
+        # Broadcasting, LAST_OFFSET, before any member receives: would start at the end.
+        await _group(broker, "fan-late", "transfers", message_model="BROADCASTING")
+        # Clustering, FIRST_OFFSET, with a backlog: offsets from its subscription on.
+        await _group(broker, "early", "transfers", consume_from="FIRST_OFFSET")
+        # TIMESTAMP, broadcasting (no offset until a member receives) and clustering.
+        await _group(
+            broker, "fan-since", "transfers", message_model="BROADCASTING",
+            consume_from="TIMESTAMP", consume_timestamp=cut,
+        )  # fmt: skip
+        await _group(broker, "since", "transfers", consume_from="TIMESTAMP", consume_timestamp=cut)
+        # A retry queue whose copies retention took (min = max offset): empty, not 4.
+        engine = create_engine(migrated_url)
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE queues SET min_offset = 4, next_offset = 4 WHERE topic = :topic"),
+                {"topic": "%RETRY%early"},
+            )
+        engine.dispose()
+
+        caught_up = {("transfers", 0): 0, ("transfers", 1): 0}
+        everything = {("transfers", 0): 5, ("transfers", 1): 5}
+        since_cut = {("transfers", 0): 2, ("transfers", 1): 2}
+        await _all_agree(broker, "fan-late", caught_up, 0)
+        await _all_agree(broker, "early", everything, 0)
+        await _all_agree(broker, "fan-since", since_cut, 0)
+        await _all_agree(broker, "since", since_cut, 0)
+
+        await _send(broker, "transfers", 2)  # one more a queue
+        # A group with no offset would still start at the end: caught up whatever comes.
+        await _all_agree(broker, "fan-late", caught_up, 0)
+        await _all_agree(broker, "early", {k: v + 1 for k, v in everything.items()}, 0)
+        await _all_agree(broker, "fan-since", {k: v + 1 for k, v in since_cut.items()}, 0)
+        await _all_agree(broker, "since", {k: v + 1 for k, v in since_cut.items()}, 0)

@@ -75,7 +75,7 @@ async def consumer_group(group: GroupName, request: Request) -> Response:
         view = await consumers.view(group)
     except lags.UNREADABLE as error:  # the store could not answer: say so, guess nothing
         return render(
-            request, "consumer_group.html", group=group, view=None, lag=None,
+            request, "consumer_group.html", group=group, view=None,
             audit=[], unreadable=redact(error.message),
         )  # fmt: skip
     audit = await console_of(request).auditor.entries(f"consumer-group:{group}", limit=20)
@@ -84,7 +84,6 @@ async def consumer_group(group: GroupName, request: Request) -> Response:
         "consumer_group.html",
         group=group,
         view=view,
-        lag=await lags.group_lag(consumers, view),
         expired=sum(q.expired for q in view.queues),
         audit=audit,
         unreadable=None,

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_service.domain import names
-from broker_service.domain.consumers.groups import Groups, get_group
+from broker_service.domain.consumers.backlog import queue_lag
+from broker_service.domain.consumers.groups import Groups, get_group, start_offset
 from broker_service.domain.consumers.model import (
     PROP_ORIGIN_QUEUE_ID,
     PROP_RETRY_TOPIC,
@@ -20,6 +21,7 @@ from broker_service.domain.consumers.model import (
 from broker_service.domain.errors import NotFound
 from broker_service.domain.messages.model import StoredMessage
 from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports.consumers import GroupQueueProgress
 
 _DEAD_COUNT_MAX = 100_000
 
@@ -101,14 +103,36 @@ class ConsumerAdmin:
                 for m in tx.topic_messages(dlq_topic(group.name), _DEAD_COUNT_MAX)
                 if m.released_at is None
             )
+            members = tx.list_consumers(group.name)
+            seen = {m.client_id: m.last_seen_at for m in members} if group.broadcasting else {}
+            live_since = now - self.groups.config.consumer_expiry_ms
             topics = [s.topic for s in subscriptions] + [retry_topic(group.name)]
             queues: list[QueueView] = []
+            lag = retry_lag = 0
             for topic in topics:
                 infos = tx.queue_infos(topic)
                 clients = sorted({c for (t, _q, c) in progress if t == topic}) or [""]
                 for info in infos:
-                    for client in clients:
-                        current = progress.get((topic, info.queue_id, client))
+                    here = [(c, progress.get((topic, info.queue_id, c))) for c in clients]
+                    rows = [
+                        GroupQueueProgress(
+                            group.name,
+                            group.broadcasting,
+                            topic,
+                            info.queue_id,
+                            info.max_offset,
+                            client,
+                            None if current is None else current.committed_offset,
+                            seen.get(client),
+                        )
+                        for client, current in here
+                    ]
+                    # Where a receive would start it: read once, where a row has no offset yet
+                    # (and so never None below).
+                    start = None
+                    if any(r.committed_offset is None for r in rows):
+                        start = start_offset(tx, group, info)
+                    for row, (client, current) in zip(rows, here, strict=True):
                         in_flight, retrying = open_counts.get(
                             (topic, info.queue_id, client), [0, 0]
                         )
@@ -117,26 +141,30 @@ class ConsumerAdmin:
                                 topic=topic,
                                 queue_id=info.queue_id,
                                 client_id=client,
-                                committed_offset=None
-                                if current is None
-                                else current.committed_offset,
+                                committed_offset=row.committed_offset,
                                 max_offset=info.max_offset,
+                                lag=queue_lag([row], live_since, start) or 0,
                                 in_flight=in_flight,
                                 retrying=retrying + waiting[(topic, info.queue_id)],
                                 dead=dead[(topic, info.queue_id)],
                                 expired=0 if current is None else current.expired,
                             )
                         )
-            retry_lag = sum(q.lag for q in queues if q.topic == retry_topic(group.name))
-            live_since = now - self.groups.config.consumer_expiry_ms
+                    messages = queue_lag(rows, live_since, start) or 0
+                    if topic == retry_topic(group.name):
+                        retry_lag += messages
+                    else:
+                        lag += messages
             return GroupView(
                 group=group,
                 subscriptions=subscriptions,
-                members=tx.list_consumers(group.name),
+                members=members,
                 live_since=live_since,
                 queues=queues,
                 retrying=sum(waiting.values()) + retry_lag,
                 dead=sum(dead.values()),
+                lag=lag,
+                retry_lag=retry_lag,
             )
 
         return unit

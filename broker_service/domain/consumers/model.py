@@ -208,19 +208,18 @@ class NackResult:
 
 @dataclass(frozen=True, slots=True)
 class QueueView:
+    """One row of a group's view: a queue, and the group's (broadcasting: a member's) place in it."""
+
     topic: str
     queue_id: int
     client_id: str
     committed_offset: int | None
     max_offset: int
+    lag: int  # the lag rule of domain/consumers/backlog.py, for this row's offset
     in_flight: int
     retrying: int
     dead: int
     expired: int = 0
-
-    @property
-    def lag(self) -> int:
-        return self.max_offset - (self.committed_offset or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +231,11 @@ class GroupView:
     queues: list[QueueView]
     retrying: int
     dead: int
+    # Per queue the group's lag (broadcasting: its least advanced live member's), summed over
+    # its subscribed topics (``lag``, as ``halfmq_consumer_lag_messages``) and over its retry
+    # topic (``retry_lag``, as ``halfmq_retry_messages``).
+    lag: int
+    retry_lag: int
 
 
 @dataclass(frozen=True, slots=True)

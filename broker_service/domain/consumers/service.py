@@ -82,7 +82,8 @@ class ConsumerService:
         return await self.store.write(self.admin.reset_offset(group, topic, timestamp))
 
     async def backlog(self) -> Backlog:
-        """Every group's lag, retry and DLQ depth (the metrics' scrape-time read)."""
+        """Every group's lag, retry and DLQ depth (the metrics' scrape-time read, and the
+        console's groups list)."""
         return await self.store.read(backlog(self.clock, self.config.consumer_expiry_ms))
 
     # -- receive and acks -------------------------------------------------------------------------
