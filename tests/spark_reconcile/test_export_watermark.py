@@ -2,8 +2,8 @@
 export of today moves ``exported_until`` no further than the moment its read began, so a row
 stored after it is not purged before an export has read it; a later export moves it on, an older
 or a future day's never moves it back or past now.  A transaction exported while PREPARED and
-resolved past the watermark should keep its op record (its resolution, as the export reads it)
-until an export has read that too -- it does not yet (xfail, strict).
+resolved past the watermark keeps its op record (its resolution, as the export reads it) until
+an export has read that too.
 
 The real broker runs in process on the store; the purge is a :class:`RetentionService` whose
 clock runs 49 hours ahead (retention 48 h), so that everything stored counts as old and only the
@@ -183,12 +183,6 @@ async def test_a_row_stored_after_the_export_began_is_not_purged(
     assert stored(engine, "t") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="retention purges a resolved transaction by created_at alone: its op record, stored "
-    "at resolved_at past the watermark, goes with it unexported (RetentionPart.purge_transactions)",
-)
 async def test_a_transaction_exported_prepared_waits_for_its_resolution_to_be_exported(
     broker: BrokerApp, engine: sa.Engine, tmp_path: Path
 ) -> None:

@@ -290,16 +290,14 @@ class RetentionService:
             cursor = start if n >= self.policy.batch else start + _DELAYED_RANGE
 
     async def _transactions(self, state: _Round, dry_run: bool) -> None:
-        now = self.clock()
-        resolved_before = now - self.policy.retention_ms
-        created_before = cuts_for(self.policy, names.HALF_TOPIC, now, state.exported).age
+        # Resolved before the cut, and so created before it: a transaction's op record is stored
+        # when it is resolved, and must have been exported too (the watermark passed it).
+        cut = cuts_for(self.policy, names.HALF_TOPIC, self.clock(), state.exported).age
 
         def unit(tx: StoreTx) -> dict[str, int]:
             at = self.clock() if dry_run else self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)
-            return tx.purge_transactions(
-                resolved_before, min(created_before, resolved_before), limit, at, dry_run=dry_run
-            )
+            return tx.purge_transactions(cut, cut, limit, at, dry_run=dry_run)
 
         await self._repeat(unit, state, dry_run)
 
