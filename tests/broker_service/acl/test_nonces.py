@@ -84,7 +84,8 @@ async def test_a_replay_in_a_group_commit_of_fresh_requests_refuses_it_alone(
     )
     assert sorted(stored) == sorted(["seen", *fresh])
     again = await _signed(_nonce("fresh-4"), store.write, ran)
-    assert isinstance(again, Unauthenticated) and again.code == "NONCE_REPLAYED"
+    assert isinstance(again, Unauthenticated)
+    assert again.code == "NONCE_REPLAYED"
 
 
 async def test_only_the_requests_first_write_remembers_it(store: SqlStore) -> None:

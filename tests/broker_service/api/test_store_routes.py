@@ -111,7 +111,8 @@ async def test_stats_say_what_the_store_holds(broker: BrokerApp, migrated_url: s
     # The purge's gauges read the size and the oldest message without counting every table.
     service = broker.state.retention
     counted, uncounted = await service.stats(), await service.stats(count_rows=False)
-    assert counted.rows["messages"] == 3 and uncounted.rows == {}
+    assert counted.rows["messages"] == 3
+    assert uncounted.rows == {}
     assert uncounted.oldest_message_at == counted.oldest_message_at
     assert uncounted.size_bytes == counted.size_bytes
 
