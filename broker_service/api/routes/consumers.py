@@ -224,7 +224,7 @@ async def show_group(group: GroupName, consumers: ConsumersDep) -> GroupViewOut:
                 for m in view.members
             ],
             "queues": queues,
-            "lag": sum(q.lag for q in queues),
+            "lag": view.lag,  # the group's, as the metrics count it (not the rows' sum)
             "in_flight": sum(q.in_flight for q in queues),
             "retrying": view.retrying,
             "dead": view.dead,
