@@ -20,6 +20,7 @@ the broker, so each side is a check on the other.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import hmac
@@ -113,8 +114,9 @@ def sign_headers(
 ) -> dict[str, str]:
     """The four headers that sign this request (``path`` percent-encoded, as on the wire)."""
     timestamp = str(_now_ms() if now_ms is None else now_ms)
-    nonce = secrets.token_urlsafe(18) if nonce is None else nonce
-    if not _NONCE.fullmatch(nonce):
+    if nonce is None:
+        nonce = secrets.token_urlsafe(18)  # 24 characters of the nonce's alphabet
+    elif not _NONCE.fullmatch(nonce):
         raise ValueError("a nonce is 8-128 characters of A-Z a-z 0-9 _ -")
     access_key = credentials.access_key
     canonical = canonical_request(method, path, raw_query, body, timestamp, nonce, access_key)
@@ -308,8 +310,15 @@ def _read_headers(headers: Mapping[str, str]) -> tuple[str, str, str, str]:
 
 
 def _signature(credentials: Credentials, canonical: str) -> str:
-    key = credentials.secret_key.encode("utf-8")
-    return hmac.new(key, canonical.encode("utf-8"), hashlib.sha256).hexdigest()
+    """HMAC-SHA256, hex, from a keyed HMAC prepared once per secret and copied per request."""
+    mac = _keyed(credentials.secret_key).copy()
+    mac.update(canonical.encode("utf-8"))
+    return mac.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _keyed(secret_key: str) -> hmac.HMAC:
+    return hmac.new(secret_key.encode("utf-8"), digestmod=hashlib.sha256)
 
 
 def _now_ms() -> int:
@@ -317,6 +326,8 @@ def _now_ms() -> int:
 
 
 def _canonical_query(raw_query: str) -> str:
+    if not raw_query:
+        return ""
     pairs = sorted(
         (_encode(key), _encode(value))
         for key, _, value in (piece.partition("=") for piece in raw_query.split("&") if piece)

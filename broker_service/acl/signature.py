@@ -31,7 +31,7 @@ import hmac
 import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 from broker_service.acl.errors import AclErrorCode, AclUnauthenticated
@@ -51,9 +51,9 @@ _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 _UNRESERVED = "-_.~"
 
 
-@dataclass(frozen=True)
-class SignedRequest:
-    """Who signed a request that verified, and the nonce the store must not have seen."""
+class SignedRequest(NamedTuple):
+    """Who signed a request that verified, and the nonce the store must not have seen (a tuple:
+    one is made for every signed request)."""
 
     access_key: str
     timestamp_ms: int
@@ -66,6 +66,8 @@ def body_sha256(body: bytes) -> str:
 
 def canonical_query(raw_query: str) -> str:
     """``key=value`` pairs percent-decoded to bytes, re-encoded, sorted, joined with ``&``."""
+    if not raw_query:
+        return ""
     pairs = []
     for piece in raw_query.split("&"):
         if not piece:

@@ -107,12 +107,13 @@ class AclGate:
         self._decided_for: AclConfig | None = None
         self._allowed_asks: set[tuple[Any, ...]] = set()  # (key, address, *needs)
         self._allowed_paths: set[tuple[str, ...]] = set()  # (method, path, key, address)
+        self._rules: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {}  # (method, path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.acl is None:
             await self.app(scope, receive, send)
             return
-        rule, params = rule_for(scope["method"], scope["path"], public_ops=self.public_ops)
+        rule, params = self._rule_for(scope["method"], scope["path"])
         if rule is public:
             await self.app(scope, receive, send)
             return
@@ -122,7 +123,8 @@ class AclGate:
         body = await _read_body(receive)
         try:
             access_key, nonce = self._admit(scope, body)
-            await self._authorize(scope, body, access_key, rule, params)
+            if not self._allowed_before(scope, access_key, rule):
+                await self._authorize(scope, body, access_key, rule, params)
         except AclError as error:
             await _refuse(scope, receive, send, error)
             return
@@ -166,6 +168,15 @@ class AclGate:
             return
         scope.setdefault("state", {})["access_key"] = access_key
         await self.app(scope, _replay(body, receive), send)
+
+    def _rule_for(self, method: str, path: str) -> tuple[Any, dict[str, str]]:
+        """:func:`rule_for`, remembered per (method, path): a producer sends to a few paths all
+        day long, and matching a path against the table's patterns is most of the lookup."""
+        found = self._rules.get((method, path))
+        if found is None:
+            found = rule_for(method, path, public_ops=self.public_ops)
+            _remember_rule(self._rules, (method, path), found)
+        return found
 
     def _over_rate(self, access_key: str) -> JSONResponse | None:
         """429 with ``Retry-After`` when the access key is over its rate; None when it may go."""
@@ -232,22 +243,28 @@ class AclGate:
         nonce = nonces.RequestNonce(signed.access_key, signed.nonce, signed.timestamp_ms)
         return signed.access_key, nonce
 
+    def _allowed_before(self, scope: Scope, access_key: str, rule: Any) -> bool:
+        """Whether the enforced ACL allowed this account the same path-only rule's request to
+        this path from this address before (:data:`BY_PATH`): nothing more to decide."""
+        acl = self.acl
+        assert acl is not None
+        if rule not in BY_PATH:
+            return False
+        self._enforcing(acl.config)
+        return (scope["method"], scope["path"], access_key, _address(scope)) in self._allowed_paths
+
     async def _authorize(
         self, scope: Scope, body: bytes, access_key: str, rule: Any, params: dict[str, Any]
     ) -> None:
         acl = self.acl
         assert acl is not None
         config = acl.config
-        client = scope.get("client")
-        address = client[0] if client else ""
+        address = _address(scope)
         if rule in BY_PATH:  # the same needs for every request to this path
             self._enforcing(config)
-            asked = (scope["method"], scope["path"], access_key, address)
-            if asked in self._allowed_paths:
-                return
             needs = await rule(Ask(params, "", b"", scope["app"].state.transactions))
             authorize(config, access_key, address, needs)
-            _remember(self._allowed_paths, asked)
+            _remember(self._allowed_paths, (scope["method"], scope["path"], access_key, address))
             return
         raw_query = scope.get("query_string", b"").decode("latin-1")
         ask = Ask(params, raw_query, body, scope["app"].state.transactions)
@@ -256,6 +273,17 @@ class AclGate:
             guard = TransactionGuard(config, access_key, address, ask.transaction_topic,
                                      ask.json_field("producer_group"))  # fmt: skip
             scope.setdefault("state", {})["transaction_guard"] = guard
+
+
+def _address(scope: Scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else ""
+
+
+def _remember_rule(rules: dict[Any, Any], key: Any, rule: Any) -> None:
+    if len(rules) >= _ALLOWED_MAX:
+        rules.clear()
+    rules[key] = rule
 
 
 def _remember(allowed: set[Any], ask: Any) -> None:
