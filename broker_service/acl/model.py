@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Flag, StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker_service.acl.addresses import AddressPattern
 from broker_service.domain.names import DLQ_PREFIX, RETRY_PREFIX
@@ -69,9 +69,9 @@ class NeedKind(StrEnum):
     GROUP = "GROUP"
 
 
-@dataclass(frozen=True)
-class Need:
-    """One thing a route needs; a route may need several (receive: SUB on topic and group)."""
+class Need(NamedTuple):
+    """One thing a route needs; a route may need several (receive: SUB on topic and group).  A
+    tuple: every signed request makes and compares some."""
 
     kind: NeedKind
     resource: str | None = None

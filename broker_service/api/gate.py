@@ -30,6 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -91,6 +92,15 @@ class RateLimits:
         return (1 - tokens) / self.rate
 
 
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    """What one version of the ACL allowed, remembered by the gate."""
+
+    config: AclConfig
+    asks: set[tuple[Any, ...]]  # (access key, address, *needs)
+    paths: set[tuple[str, ...]]  # (method, path, access key, address) of path-only rules
+
+
 class AclGate:
     def __init__(
         self,
@@ -104,9 +114,7 @@ class AclGate:
         self.acl = acl
         self.public_ops = public_ops
         self.rates = RateLimits(rate_per_second)
-        self._decided_for: AclConfig | None = None
-        self._allowed_asks: set[tuple[Any, ...]] = set()  # (key, address, *needs)
-        self._allowed_paths: set[tuple[str, ...]] = set()  # (method, path, key, address)
+        self._decided: _Decided | None = None  # what the enforced ACL allowed
         self._rules: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {}  # (method, path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -212,19 +220,23 @@ class AclGate:
 
     def _allowed(self, config: AclConfig, access_key: str, address: str, needs: list[Need]) -> None:
         """:func:`authorize`, remembering what it allowed while ``config`` is enforced (a
-        producer sends to the same topic from the same address all day long)."""
-        self._enforcing(config)
+        producer sends to the same topic from the same address all day long).  Also called by
+        the writer thread, for a commit's :class:`TransactionGuard`."""
+        allowed = self._decided_by(config).asks
         ask = (access_key, address, *needs)
-        if ask in self._allowed_asks:
+        if ask in allowed:
             return
         authorize(config, access_key, address, needs)
-        _remember(self._allowed_asks, ask)
+        _remember(allowed, ask)
 
-    def _enforcing(self, config: AclConfig) -> None:
-        """Forget what another version of the ACL allowed."""
-        if config is not self._decided_for:
-            self._decided_for = config
-            self._allowed_asks, self._allowed_paths = set(), set()
+    def _decided_by(self, config: AclConfig) -> _Decided:
+        """What ``config`` allowed so far: a new, empty memory when another version was enforced.
+        One attribute, replaced whole: a thread that decided under one version never adds to
+        the memory of another (set lookups and adds are each atomic)."""
+        decided = self._decided
+        if decided is None or decided.config is not config:
+            decided = self._decided = _Decided(config, set(), set())
+        return decided
 
     def _admit(self, scope: Scope, body: bytes) -> tuple[str, nonces.RequestNonce]:
         acl = self.acl
@@ -250,8 +262,8 @@ class AclGate:
         assert acl is not None
         if rule not in BY_PATH:
             return False
-        self._enforcing(acl.config)
-        return (scope["method"], scope["path"], access_key, _address(scope)) in self._allowed_paths
+        paths = self._decided_by(acl.config).paths
+        return (scope["method"], scope["path"], access_key, _address(scope)) in paths
 
     async def _authorize(
         self, scope: Scope, body: bytes, access_key: str, rule: Any, params: dict[str, Any]
@@ -261,17 +273,17 @@ class AclGate:
         config = acl.config
         address = _address(scope)
         if rule in BY_PATH:  # the same needs for every request to this path
-            self._enforcing(config)
             needs = await rule(Ask(params, "", b"", scope["app"].state.transactions))
             authorize(config, access_key, address, needs)
-            _remember(self._allowed_paths, (scope["method"], scope["path"], access_key, address))
+            paths = self._decided_by(config).paths
+            _remember(paths, (scope["method"], scope["path"], access_key, address))
             return
         raw_query = scope.get("query_string", b"").decode("latin-1")
         ask = Ask(params, raw_query, body, scope["app"].state.transactions)
         self._allowed(config, access_key, address, await rule(ask))
         if ask.transaction_topic is not None:
             guard = TransactionGuard(config, access_key, address, ask.transaction_topic,
-                                     ask.json_field("producer_group"))  # fmt: skip
+                                     ask.json_field("producer_group"), self._allowed)  # fmt: skip
             scope.setdefault("state", {})["transaction_guard"] = guard
 
 

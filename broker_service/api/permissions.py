@@ -158,13 +158,15 @@ class TransactionGuard:
     address: str
     perm: Perm
     checked_group: str | None  # the group the body named, which the gate has checked already
+    # ``authorize``, or the gate's, which remembers what it allowed under ``config``.
+    decide: Callable[[AclConfig, str, str, list[Need]], None] = authorize
 
     def __call__(self, record: TransactionRecord) -> None:
         needs = [Need.topic(record.topic, self.perm)]
         if record.producer_group != self.checked_group:
             needs.append(Need.group(record.producer_group, self.perm))
         try:
-            authorize(self.config, self.access_key, self.address, needs)
+            self.decide(self.config, self.access_key, self.address, needs)
         except AclError as error:
             raise Forbidden(error.message, code=str(error.code), **error.detail) from None
 
