@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from broker_service.console.reports import read_reports, report_html
 from broker_service.console.sessions import COOKIE, Session, SessionSigner, session_key
@@ -259,7 +260,24 @@ async def test_a_consumer_group_page_its_dead_letters_and_a_resend(migrated_url:
         assert 'id="total-lag">1<' in page.text  # credit 8, not yet received
         assert 'id="dead">1<' in page.text
         assert "smith-1" in page.text  # the member that received
+        assert 'id="members-live">1<' in page.text
         assert "%RETRY%smith-bank" in page.text
+        # A member that has not received for longer than consumer_expiry_seconds is listed,
+        # and not counted live.
+        engine = sa.create_engine(migrated_url)
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO consumers (consumer_group, client_id, last_seen_at) "
+                    "VALUES ('smith-bank', 'smith-old', :at)"
+                ),
+                {"at": int(time.time() * 1000) - 3_600_000},
+            )
+        engine.dispose()
+        aged = (await client.get("/console/consumer-groups/smith-bank")).text
+        assert 'id="members-live">1<' in aged
+        assert re.search(r"smith-old</td><td>[^<]*</td><td>gone</td>", aged)
+        assert re.search(r"smith-1</td><td>[^<]*</td><td>live</td>", aged)
         dlq = await client.get("/console/consumer-groups/smith-bank/dlq")
         assert dlq.status_code == 200
         assert f'value="{dead}"' in dlq.text
