@@ -62,6 +62,7 @@ def mount_console(
         throttle=LoginThrottle(),
         templates=templates(),
         rates=views.Rates(metrics),
+        topic_rates=views.TopicRates(),
     )
     app.state.console_sessions = ConsoleSessions(signer, acl, refused)
     app.include_router(router)

@@ -1,15 +1,17 @@
 """View models: the domain's records as a page shows them (RFC 3339 times, ages, figures that
-may be unknown), and the rates the overview computes from the metrics' counters."""
+may be unknown), and the rates the overview and the topics page compute from samples taken as
+they are read (the metrics' counters, the topics' offsets)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from broker_service.domain.messages.topics import TopicView
 from broker_service.metrics import BrokerMetrics
 
 UNKNOWN = "unknown"
@@ -86,14 +88,50 @@ class Rate:
     per_second: float | None  # None until two samples are far enough apart
 
 
+class Window:
+    """Running totals sampled each time a page is read, and their rates per second: the newest
+    sample against the oldest of the last ``seconds`` (None -- "measuring..." -- until two are
+    ``min_span`` seconds apart). It keeps at most ``max_samples``: past that the second oldest
+    goes, so the oldest still spans the minute however often the page is read. A total that went
+    down (a topic deleted and made again) starts the window afresh rather than show a negative
+    rate."""
+
+    def __init__(self, seconds: float = 60, min_span: float = 1, max_samples: int = 64) -> None:
+        self.seconds = seconds
+        self.min_span = min_span
+        self.max_samples = max(2, max_samples)
+        self._samples: deque[tuple[float, tuple[float, ...]]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def add(self, at: float, values: Sequence[float]) -> list[float | None]:
+        sample = tuple(values)
+        samples = self._samples
+        while samples and samples[0][0] < at - self.seconds:
+            samples.popleft()
+        if samples and any(
+            now < before for now, before in zip(sample, samples[-1][1], strict=True)
+        ):
+            samples.clear()
+        if len(samples) >= self.max_samples:
+            del samples[1]
+        samples.append((at, sample))
+        first_at, first = samples[0]
+        span = at - first_at
+        if span < self.min_span:
+            return [None] * len(sample)
+        return [(now - before) / span for now, before in zip(sample, first, strict=True)]
+
+
 class Rates:
     """Per-second rates of the broker's counters, from samples taken when the overview is shown
-    (the newest against the oldest of the last minute)."""
+    (a :class:`Window`: the newest against the oldest of the last minute)."""
 
     def __init__(self, metrics: BrokerMetrics, clock: Callable[[], float] = time.monotonic):
         self.metrics = metrics
         self.clock = clock
-        self._samples: deque[tuple[float, list[float]]] = deque()
+        self._window = Window()
 
     def _read(self) -> list[float]:
         samples = [s for metric in self.metrics.registry.collect() for s in metric.samples]
@@ -107,13 +145,31 @@ class Rates:
         ]
 
     def now(self) -> list[Rate]:
-        at, values = self.clock(), self._read()
-        while self._samples and self._samples[0][0] < at - 60:
-            self._samples.popleft()
-        self._samples.append((at, values))
-        first_at, first = self._samples[0]
-        span = at - first_at
+        values = self._read()
+        rates = self._window.add(self.clock(), values)
         return [
-            Rate(label, value, (value - before) / span if span >= 1 else None)
-            for (label, _, _), value, before in zip(_RATE_SERIES, values, first, strict=True)
+            Rate(label, value, per_second)
+            for (label, _, _), value, per_second in zip(_RATE_SERIES, values, rates, strict=True)
         ]
+
+
+class TopicRates:
+    """Messages per second into each topic over the last minute, from the store's offsets: a
+    :class:`Window` per topic of the sum of its queues' max offsets, sampled each time the topics
+    page or the overview reads the topics. The offsets are the store's, so the figure counts what
+    every broker sharing it stored. A topic no longer listed (deleted) loses its window."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._windows: dict[str, Window] = {}
+
+    def observe(self, topics: Iterable[TopicView]) -> dict[str, float | None]:
+        at = self.clock()
+        windows: dict[str, Window] = {}
+        rates: dict[str, float | None] = {}
+        for view in topics:
+            name = view.topic.name
+            window = windows[name] = self._windows.get(name) or Window()
+            (rates[name],) = window.add(at, [sum(q.max_offset for q in view.queues)])
+        self._windows = windows
+        return rates

@@ -79,6 +79,7 @@ class Console:
     throttle: LoginThrottle
     templates: jinja2.Environment
     rates: views.Rates
+    topic_rates: views.TopicRates
 
 
 def console_of(request: Request) -> Console:

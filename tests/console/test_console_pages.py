@@ -13,6 +13,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from broker_service.console import views
 from broker_service.console.reports import read_reports, report_html
 from broker_service.console.sessions import COOKIE, Session, SessionSigner, session_key
 from framework.signing import HalfmqAuth
@@ -401,3 +402,62 @@ async def test_create_and_delete_a_topic_through_the_console(migrated_url: str) 
         assert ">delete_topic<" in rows[0]
         assert ">ok<" in rows[0]
         assert "topic=payouts" in rows[0]
+
+
+def _row(html: str, marker: str) -> str:
+    """The table row holding ``marker``."""
+    rows: list[str] = [r for r in re.findall(r"<tr>.*?</tr>", html, re.S) if marker in r]
+    assert len(rows) == 1, (marker, rows)
+    return rows[0]
+
+
+def _rate_cell(html: str, topic: str) -> str:
+    found = re.search(r'<td class="num rate">(.*?)</td>', _row(html, f">{topic}</td>"), re.S)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_the_topics_page_shows_each_topic_rate_from_its_offsets(migrated_url: str) -> None:
+    async with BrokerApp.start(database_url=migrated_url, scheduler=False) as broker:
+        client = broker.client
+        clock = [1000.0]
+        broker.state.console.topic_rates.clock = lambda: clock[0]
+        await broker.topic("transfers", 2)
+        first = (await client.get("/console/topics")).text
+        assert "Rate (msg/s, last minute)" in first
+        assert "measuring…" in _rate_cell(first, "transfers")  # one sample: no rate yet
+        for n in range(30):
+            await client.post("/v1/topics/transfers/messages", json={"body": f"m{n}"})
+        clock[0] += 10
+        assert (await client.get("/console")).status_code == 200  # the overview samples too
+        for n in range(30):
+            await client.post("/v1/topics/transfers/messages", json={"body": f"m{n}"})
+        clock[0] += 10
+        await broker.topic("payouts", 1)
+        page = (await client.get("/console/topics")).text
+        assert _rate_cell(page, "transfers") == "3.0"  # 60 messages in the 20 s since the first
+        assert "measuring…" in _rate_cell(page, "payouts")  # new: its first sample
+        for n in range(30):
+            await client.post("/v1/topics/transfers/messages", json={"body": f"m{n}"})
+        clock[0] += 50  # the first sample leaves the minute: the overview's is the oldest now
+        page = (await client.get("/console/topics")).text
+        assert _rate_cell(page, "transfers") == "1.0"  # 90 - 30 messages in 60 s
+        clock[0] += 61  # every sample left the minute: measuring again
+        page = (await client.get("/console/topics")).text
+        assert "measuring…" in _rate_cell(page, "transfers")
+        assert (await client.delete("/v1/topics/payouts")).status_code in (200, 204)
+        await client.get("/console/topics")
+        assert set(broker.state.console.topic_rates._windows) >= {"transfers"}
+        assert "payouts" not in broker.state.console.topic_rates._windows  # deleted: forgotten
+
+
+def test_a_rate_window_is_bounded_and_restarts_when_a_total_goes_down() -> None:
+    window = views.Window(seconds=60, min_span=1, max_samples=4)
+    assert window.add(0, [0]) == [None]
+    assert window.add(0.5, [5]) == [None]  # not a second apart yet
+    for at in range(1, 31):
+        (rate,) = window.add(at, [10 * at])
+        assert rate == 10  # the oldest sample stays while newer ones make room
+        assert len(window) <= 4
+    assert window.add(31, [3]) == [None]  # a topic made again: its offsets start over
+    assert window.add(33, [13]) == [5]

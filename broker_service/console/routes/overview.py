@@ -27,6 +27,7 @@ async def overview(request: Request) -> Response:
     retention: RetentionService = app.retention
     pending = await transactions.pending_by_age(AGES_MS)
     topics = await messages.list_topics()
+    console_of(request).topic_rates.observe(topics)  # a sample for the topics page's rates
     consumers: ConsumerService = app.consumers
     dead = (await consumers.backlog()).dead
     stats = await retention.stats()

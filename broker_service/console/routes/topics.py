@@ -1,4 +1,5 @@
-"""Topics: queues and their offsets; an admin creates and deletes them."""
+"""Topics: queues, their offsets and the rate into each (messages per second over the last minute,
+from the offsets the store holds); an admin creates and deletes them."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from broker_service.domain.messages.service import MessageService
 async def topics(request: Request) -> Response:
     service: MessageService = request.app.state.messages
     views = sorted(await service.list_topics(), key=lambda v: v.topic.name)
+    rates = console_of(request).topic_rates.observe(views)
     audit = await console_of(request).auditor.entries("topics", limit=20)
-    return render(request, "topics.html", topics=views, audit=audit)
+    return render(request, "topics.html", topics=views, rates=rates, audit=audit)
 
 
 def _queues(text: str) -> int | None:
