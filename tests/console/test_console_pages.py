@@ -461,3 +461,55 @@ def test_a_rate_window_is_bounded_and_restarts_when_a_total_goes_down() -> None:
         assert len(window) <= 4
     assert window.add(31, [3]) == [None]  # a topic made again: its offsets start over
     assert window.add(33, [13]) == [5]
+
+
+async def test_the_transactions_list_shows_the_last_check_and_why_the_next_round(
+    migrated_url: str,
+) -> None:
+    async with BrokerApp.start(
+        database_url=migrated_url, scheduler=False, transaction_timeout_seconds=0
+    ) as broker:
+        client = broker.client
+        await broker.topic("transfers", 2)
+        lonely = (await _half(broker))["transaction_id"]  # bob-bank: no instance ever
+        young_body = {"topic": "transfers", "producer_group": "bob-bank", "body": "young",
+                      "check_immunity_seconds": 3600}  # fmt: skip
+        young = (await client.post("/v1/transactions", json=young_body)).json()["transaction_id"]
+        pulled_body = {"topic": "transfers", "producer_group": "smith-bank", "body": "pulled"}
+        pulled = (await client.post("/v1/transactions", json=pulled_body)).json()
+        beat = await client.post(
+            "/v1/producer-groups/smith-bank/heartbeat", json={"client_id": "smith-1"}
+        )
+        assert beat.status_code == 200, beat.text
+        await broker.state.transactions.claim_round(10)  # smith-1 is handed a check to pull
+        checks = await client.get(
+            "/v1/producer-groups/smith-bank/checks",
+            params={"client_id": "smith-1", "wait_seconds": 0},
+        )
+        assert [c["transaction_id"] for c in checks.json()["checks"]] == [pulled["transaction_id"]]
+        page = (await client.get("/console/transactions")).text
+        assert "Last checked" in page
+        assert "Next round" in page
+
+        row = _row(page, lonely)
+        assert '<td class="next-round" title="no live instance of producer group' in row
+        assert ">NO_LIVE_INSTANCE</td>" in row
+        assert '<td class="last-checked" title="-">-</td>' in row  # never reached an instance
+        assert ">IMMUNE</td>" in _row(page, young)
+        row = _row(page, pulled["transaction_id"])
+        api = (await client.get(f"/v1/transactions/{pulled['transaction_id']}")).json()
+        assert api["last_checked_at"] is not None
+        assert f'<td class="last-checked" title="{api["last_checked_at"]}">' in row
+        assert " ago</td>" in row
+        # The claim of a pulled check is not read for the list: WAITING until next_check_at,
+        # when the claim ends; its page reads the claim and says which broker holds it.
+        assert ">WAITING</td>" in row
+        own = (await client.get(f"/console/transactions/{pulled['transaction_id']}")).text
+        assert "<strong>CLAIMED</strong>" in own
+
+        # The list's reason is the page's, and filtered by group too.
+        mine = (await client.get("/console/transactions?producer_group=bob-bank")).text
+        assert ">NO_LIVE_INSTANCE</td>" in _row(mine, lonely)
+        assert pulled["transaction_id"] not in mine
+        lonely_page = (await client.get(f"/console/transactions/{lonely}")).text
+        assert "<strong>NO_LIVE_INSTANCE</strong>" in lonely_page

@@ -3,8 +3,8 @@ operator's Commit, Rollback, Check now and Resume checks, each audited on that p
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Literal, cast
 
 from fastapi import Query, Request, Response
 
@@ -16,8 +16,10 @@ from broker_service.domain.audit.model import AuditResult
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import DomainError
 from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.transactions.check_audit import _why as why_next_round
 from broker_service.domain.transactions.model import (
     CHECKED,
+    CheckAudit,
     Decision,
     ResolvedBy,
     TransactionRecord,
@@ -48,6 +50,47 @@ async def checks_recorded(store: Store, msg_id: str) -> int:
     return await store.read(unit)
 
 
+class _ListRead:
+    """What the check audit's rule reads of the store, answered from one read for the whole
+    list: the live instances of each group listed, and no claim (the store has no read of the
+    halves' claims short of one query per half)."""
+
+    def __init__(self, live: dict[str, bool]) -> None:
+        self.live = live
+
+    def check_claim(self, transaction_id: str) -> tuple[str | None, int | None]:
+        return None, None
+
+    def live_producers(self, group: str, since: int) -> list[object]:
+        return [group] if self.live[group] else []
+
+
+async def next_rounds(
+    service: TransactionService, records: Sequence[TransactionRecord]
+) -> dict[str, CheckAudit]:
+    """Why the next round will or will not check each listed half, by the rule of its page
+    (``check_audit``), from the records the list read and one read of the live instances of the
+    producer groups listed (a query per group, none per half). Two things the page reads per half
+    are not read here: the claim, so a half whose check is in flight (CLAIMED on its page) shows
+    what the rule says next -- WAITING, its next_check_at being the claim's end, when it is checked
+    again; NO_LIVE_INSTANCE if its group has none left -- and its CHECKED
+    events, so younger-than-immunity is judged from the row alone (as with the trace off)."""
+    policy = service.checkback.policy
+    timeout_ms = service.transactions.sender.config.transaction_timeout_ms
+    now = service.clock()
+    since = now - policy.producer_expiry_ms
+    # Only an open half gets as far as the instances (a resolved one is never checked again).
+    open_states = (TransactionState.PREPARED, TransactionState.DISCARDED)
+    groups = sorted({r.producer_group for r in records if r.state in open_states})
+
+    def unit(tx: StoreTx) -> dict[str, bool]:
+        return {group: bool(tx.live_producers(group, since)) for group in groups}
+
+    live = await service.store.read(unit) if groups else {}
+    read = cast(StoreTx, _ListRead(live))
+    return {r.transaction_id: why_next_round(read, r, [], policy, timeout_ms, now) for r in records}
+
+
 @router.get("/transactions")
 async def transactions(
     request: Request,
@@ -68,7 +111,8 @@ async def transactions(
         "older_than_seconds": older_than_seconds,
         "limit": limit,
     }
-    return render(request, "transactions.html", records=records, filters=filters)
+    rounds = await next_rounds(_service(request), records)
+    return render(request, "transactions.html", records=records, rounds=rounds, filters=filters)
 
 
 @router.get("/transactions/{transaction_id}")
