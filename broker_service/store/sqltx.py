@@ -49,6 +49,8 @@ from broker_service.store.schema import topics as topic_table
 
 _queue_of = operator.attrgetter("topic", "queue_id")
 
+_IDS_A_QUERY = 500  # ids in one IN (...) of find_messages_of
+
 
 def _count(appended: PendingMessage | PlainBatch) -> int:
     return len(appended.msg_ids) if isinstance(appended, PlainBatch) else 1
@@ -282,6 +284,15 @@ class SqlTx(
     def find_messages(self, msg_id: str) -> list[StoredMessage]:
         result = self.conn.execute(sql.messages_by_msg_id, {"msg_id": msg_id})
         return [rows.stored_message(row) for row in result]
+
+    def find_messages_of(self, msg_ids: Sequence[str]) -> dict[str, list[StoredMessage]]:
+        found: dict[str, list[StoredMessage]] = {}
+        for start in range(0, len(msg_ids), _IDS_A_QUERY):
+            chunk = list(dict.fromkeys(msg_ids[start : start + _IDS_A_QUERY]))
+            for row in self.conn.execute(sql.messages_by_msg_ids, {"msg_ids": chunk}):
+                message = rows.stored_message(row)
+                found.setdefault(message.msg_id, []).append(message)
+        return found
 
     def query_messages(self, query: MessageQuery) -> list[StoredMessage]:
         if query.key is not None:

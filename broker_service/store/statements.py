@@ -113,6 +113,11 @@ message_at = Prepared(
 messages_by_msg_id = (
     select(messages).where(messages.c.msg_id == bindparam("msg_id")).order_by(messages.c.id)
 )
+messages_by_msg_ids = (
+    select(messages)
+    .where(messages.c.msg_id.in_(bindparam("msg_ids", expanding=True)))
+    .order_by(messages.c.id)
+)
 
 message_of_transaction = Prepared(
     select(messages).where(

@@ -156,9 +156,10 @@ def _client_trace_unit(
     def unit(tx: StoreTx) -> ClientTraceAnswer:
         rows: list[tuple[str, str, str, int, str]] = []
         refused: list[ClientTraceRefusal] = []
+        found = tx.find_messages_of([report.msg_id for report in records])  # one read
         for index, report in enumerate(records):
             try:
-                copies = tx.find_messages(report.msg_id)
+                copies = found.get(report.msg_id)
                 if not copies:
                     purged = tx.purged_at("m", [report.msg_id])
                     raise missing("message", report.msg_id, "MESSAGE", purged)
