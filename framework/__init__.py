@@ -24,8 +24,8 @@ without I/O), :mod:`~framework.transport` (the sync and async drivers), :mod:`~f
 :mod:`~framework.txlog` and :mod:`~framework.tables` (the SQLAlchemy local-transaction log and
 inbox), :mod:`~framework.signing` (signed requests and checks), :mod:`~framework.otel`
 (OpenTelemetry spans and context, when ``opentelemetry-api`` is installed),
-:mod:`~framework.client_trace` (send and consume costs reported to the broker; on unless
-``client_trace=False`` or ``HALFMQ_CLIENT_TRACE=false``), :mod:`~framework.fastapi`,
+:mod:`~framework.client_trace` (send and consume costs reported to the broker; off unless
+``client_trace=True`` or ``HALFMQ_CLIENT_TRACE=true``), :mod:`~framework.fastapi`,
 :mod:`~halfmq.testing` (an in-process broker).
 """
 

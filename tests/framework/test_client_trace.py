@@ -1,8 +1,9 @@
 """The client-side trace: each send's and each handled message's cost reach the broker's message
 trace as CLIENT_PUB and CLIENT_SUB (both faces, against the real broker in process, through the
 contract's ``POST /v1/trace``); a full buffer drops and counts instead of blocking, even while the
-broker hangs; ``HALFMQ_CLIENT_TRACE=false`` and ``client_trace=False`` send nothing; a broker
-without the route gets one request and one WARNING, never an error in user code."""
+broker hangs; it is off by default, and ``HALFMQ_CLIENT_TRACE=false`` and ``client_trace=False``
+send nothing; a broker without the route gets one request and one WARNING, never an error in user
+code.  The tests turn it on for the process (``HALFMQ_CLIENT_TRACE=true``) unless they say."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ from halfmq.testing import InProcessBroker
 from tests.support import wait_until
 
 TRACE = "/v1/trace"
+
+
+@pytest.fixture(autouse=True)
+def _client_trace_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HALFMQ_CLIENT_TRACE", "true")
 
 
 class Recording(httpx.BaseTransport):
@@ -186,14 +192,27 @@ def test_turned_off_sends_no_report(
     assert any(path.endswith("/ack") for path, _ in recording.seen)  # it did talk to the broker
 
 
-def test_on_by_default(inproc: InProcessBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_off_by_default_and_on_when_asked(
+    inproc: InProcessBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As RocketMQ's enableMsgTrace: a client reports nothing unless it is asked to."""
     monkeypatch.delenv("HALFMQ_CLIENT_TRACE", raising=False)
     recording = Recording(inproc.transport)
-    producer = TransactionProducer(
+    quiet = TransactionProducer(
         "bob-bank", brokers=[inproc.url], transport=recording, check=CheckMode.none()
     )
-    sent = producer.send(Message("transfers", body="1"))
-    producer.shutdown()
+    quiet.send(Message("transfers", body="0"))
+    quiet.shutdown()
+    assert recording.reports() == []
+    asked = TransactionProducer(
+        "bob-bank",
+        brokers=[inproc.url],
+        transport=recording,
+        check=CheckMode.none(),
+        client_trace=True,
+    )
+    sent = asked.send(Message("transfers", body="1"))
+    asked.shutdown()
     assert [e["msg_id"] for e in recording.events()] == [sent.msg_id]
 
 
