@@ -44,6 +44,8 @@ PUSH = CheckMode.push("http://127.0.0.1:9/halfmq/check")  # start() heartbeats; 
 def no_keys_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HALFMQ_ACCESS_KEY", raising=False)
     monkeypatch.delenv("HALFMQ_SECRET_KEY", raising=False)
+    # The client trace's reports (off by default) are requests too: each must be signed.
+    monkeypatch.setenv("HALFMQ_CLIENT_TRACE", "true")
 
 
 @pytest.fixture
