@@ -326,19 +326,10 @@ class RetentionPart(SqlPart):
         return end - int(committed)
 
     def purge_transactions(
-        self,
-        resolved_before: int,
-        created_before: int,
-        limit: int | None,
-        now: int,
-        *,
-        dry_run: bool = False,
+        self, before: int, limit: int | None, now: int, *, dry_run: bool = False
     ) -> dict[str, int]:
-        old = and_(
-            t.state.in_(_RESOLVED),
-            t.created_at < created_before,
-            t.resolved_at < resolved_before,
-        )
+        # Created before it too (resolved_at >= created_at), said for the created_at index.
+        old = and_(t.state.in_(_RESOLVED), t.created_at < before, t.resolved_at < before)
         if dry_run:
             # What the purge would delete with them: their half, op record and parked copy
             # (by the partial transaction_id index), and those rows' key rows.

@@ -56,16 +56,10 @@ class RetentionStore(Protocol):
     # The purges below take ``limit`` rows (None: all) and, ``dry_run``, only count them.
 
     def purge_transactions(
-        self,
-        resolved_before: int,
-        created_before: int,
-        limit: int | None,
-        now: int,
-        *,
-        dry_run: bool = False,
+        self, before: int, limit: int | None, now: int, *, dry_run: bool = False
     ) -> dict[str, int]:
-        """Resolved (committed, rolled back) transactions with their half, op record and parked
-        copy; never a PREPARED or DISCARDED one."""
+        """Transactions resolved (committed, rolled back) before ``before``, with their half, op
+        record and parked copy; never a PREPARED or DISCARDED one."""
         ...
 
     def purge_released_delayed(

@@ -297,7 +297,7 @@ class RetentionService:
         def unit(tx: StoreTx) -> dict[str, int]:
             at = self.clock() if dry_run else self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)
-            return tx.purge_transactions(cut, cut, limit, at, dry_run=dry_run)
+            return tx.purge_transactions(cut, limit, at, dry_run=dry_run)
 
         await self._repeat(unit, state, dry_run)
 
