@@ -149,8 +149,8 @@ class BodyDecodeError(HalfMQError, ValueError):
 
 
 class SignatureRejected(HalfMQError):
-    """A signed request this side refused: a push check whose ``X-HalfMQ-*`` headers do not
-    verify against the producer's own credentials.  ``code`` is one of the broker's 401 codes."""
+    """A signed request this side refused: a push check whose signature does not verify against
+    the producer's own credentials.  ``code`` is one of the broker's 401 codes."""
 
     status = 401
 

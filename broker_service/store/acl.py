@@ -10,21 +10,23 @@ one B-tree and the purge (:meth:`AclPart.purge_nonces`, every few seconds) cuts 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from sqlalchemy import bindparam, delete, insert, select, text
 
-from broker_service.store.fastpath import Prepared
+from broker_service.store.fastpath import Prepared, rowcount_raw
 from broker_service.store.part import SqlPart
 from broker_service.store.schema import acl_nonces, acl_versions
 
 _latest = select(acl_versions).order_by(acl_versions.c.id.desc()).limit(1)
 # All of a group commit's rows in one statement -- one round trip, and one release of the GIL by
-# the writer thread instead of one a row.  Compiled once: the rows go as one JSON array (SQLite)
-# or as three arrays (PostgreSQL).  The plain form only counts what it inserted (the common case:
-# every nonce new); the other returns the new ones, to tell a replay from its neighbours.
+# the writer thread instead of one a row.  PostgreSQL: compiled once, the rows as three arrays.
+# SQLite: the common case, every nonce new, binds the rows into one multi-row VALUES (below); the
+# form that returns the new ones, to tell a replay from its neighbours, sends them as one JSON
+# array.
 _INSERT_SQLITE = (
     "INSERT INTO acl_nonces (signed_at, access_key, nonce) "
     "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
@@ -38,10 +40,25 @@ _INSERT_PG = (
     "ON CONFLICT DO NOTHING"
 )
 _RETURNING = " RETURNING signed_at, access_key, nonce"
-_insert_sqlite = Prepared(text(_INSERT_SQLITE))
 _insert_pg = Prepared(text(_INSERT_PG))
 _insert_sqlite_returning = Prepared(text(_INSERT_SQLITE + _RETURNING))
 _insert_pg_returning = Prepared(text(_INSERT_PG + _RETURNING))
+# SQLite's common case, every nonce new: the rows bound straight into one multi-row VALUES
+# statement (the driver caches each size's compiled statement).  Counted with callgrind, batches
+# of 8 each with its commit: 11,400 instructions a row, against 17,600 for the JSON form, which
+# parses each row's JSON once per column.
+_VALUES_ROWS = 300  # 900 parameters: under the 999 of older SQLite builds
+
+
+@functools.lru_cache(maxsize=_VALUES_ROWS)
+def _insert_values(rows: int) -> str:
+    values = ",".join(["(?,?,?)"] * rows)
+    return (
+        f"INSERT INTO acl_nonces (signed_at, access_key, nonce) VALUES {values} "
+        "ON CONFLICT DO NOTHING"
+    )
+
+
 _purge = delete(acl_nonces).where(acl_nonces.c.signed_at < bindparam("before"))
 
 
@@ -56,7 +73,11 @@ class AclPart(SqlPart):
         if self._postgres:
             inserted = _insert_pg.rowcount(self.conn, self._pg_columns(unique))
         else:
-            inserted = _insert_sqlite.rowcount(self.conn, {"rows": orjson.dumps(unique).decode()})
+            inserted = 0
+            for start in range(0, len(unique), _VALUES_ROWS):
+                chunk = unique[start : start + _VALUES_ROWS]
+                params = [value for row in chunk for value in row]
+                inserted += rowcount_raw(self.conn, _insert_values(len(chunk)), params)
         return inserted == len(unique)
 
     def remember_nonces(self, nonces: Sequence[tuple[str, str, int]]) -> list[bool]:

@@ -104,6 +104,18 @@ class Prepared:
             cursor.close()
 
 
+def rowcount_raw(conn: Connection, sql: str, params: Sequence[Any]) -> int:
+    """A statement already in the driver's own SQL and paramstyle, run once; the rows it changed.
+    For statements whose text varies with their input (a multi-row ``VALUES``)."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        with driver_errors(conn, sql):
+            cursor.execute(sql, params)
+        return int(cursor.rowcount)
+    finally:
+        cursor.close()
+
+
 @contextmanager
 def driver_errors(conn: Connection, statement: str) -> Iterator[None]:
     """The driver's errors as SQLAlchemy's (``IntegrityError``, ``DataError``, ...), as if the

@@ -21,6 +21,7 @@ BOB = Credentials("bob-bank", "bob-bank-secret-2026")
 SMITH = Credentials("smith-bank", "smith-bank-secret-2026")
 SECRETS = {c.access_key: c.secret_key for c in (BOB, SMITH)}
 SIGNATURE_HEADERS = (
+    "authorization",
     "x-halfmq-accesskey",
     "x-halfmq-timestamp",
     "x-halfmq-nonce",

@@ -77,14 +77,72 @@ def test_the_documented_worked_examples(
 ) -> None:
     headers = sign_headers(CREDENTIALS, method, path, query, body, now_ms=NOW, nonce=NONCE)
     assert headers == {
+        "Authorization": "HALFMQ-HMAC-SHA256 AccessKey=bob-bank, Timestamp=1767225600000, "
+        f"Nonce={NONCE}, Signature={signature}"
+    }
+    assert broker_verifies(headers, method, path, query, body) == SignedRequest(
+        "bob-bank", NOW, NONCE
+    )
+    # the earlier form, the same four values in four headers, is still accepted
+    four = {
         "X-HalfMQ-AccessKey": "bob-bank",
         "X-HalfMQ-Timestamp": "1767225600000",
         "X-HalfMQ-Nonce": NONCE,
         "X-HalfMQ-Signature": signature,
     }
-    assert broker_verifies(headers, method, path, query, body) == SignedRequest(
-        "bob-bank", NOW, NONCE
+    assert broker_verifies(four, method, path, query, body) == SignedRequest("bob-bank", NOW, NONCE)
+    assert verify_headers(CREDENTIALS, four, method, path, query, body, now_ms=NOW)
+
+
+def authorization(values: list[str], separator: str = ", ") -> dict[str, str]:
+    fields = zip(("AccessKey", "Timestamp", "Nonce", "Signature"), values, strict=True)
+    return {"authorization": "HALFMQ-HMAC-SHA256 " + separator.join(f"{k}={v}" for k, v in fields)}
+
+
+def test_the_authorization_header_is_checked_field_by_field_on_both_sides() -> None:
+    request = ("POST", "/v1/topics/transfers/messages", "", b"{}")
+    header = sign_headers(CREDENTIALS, *request, now_ms=NOW, nonce=NONCE)["Authorization"]
+    values = [part.split("=", 1)[1] for part in header.split(" ", 1)[1].split(", ")]
+    assert broker_verifies(authorization(values, ","), *request).nonce == NONCE  # "," alone
+    for index, name, bad in [
+        (1, "Timestamp", "1767225600.5"),
+        (2, "Nonce", "short"),
+        (3, "Signature", "F" * 64),
+    ]:
+        malformed = authorization([*values[:index], bad, *values[index + 1 :]])
+        with pytest.raises(AclUnauthenticated) as raised:
+            broker_verifies(malformed, *request)
+        assert raised.value.code is AclErrorCode.SIGNATURE_INVALID
+        assert raised.value.detail == {"header": f"Authorization {name}"}
+        assert rejected(malformed, *request).detail == {"header": f"Authorization {name}"}
+    empty = authorization(["", *values[1:]])
+    with pytest.raises(AclUnauthenticated) as raised:
+        broker_verifies(empty, *request)
+    assert raised.value.code is AclErrorCode.SIGNATURE_MISSING
+    assert raised.value.detail == {"missing": ["Authorization AccessKey"]}
+    assert rejected(empty, *request).code == "SIGNATURE_MISSING"
+    # fields out of order, or one left out: the header is malformed as a whole
+    shuffled = {"authorization": header.replace("AccessKey=", "Key=")}
+    with pytest.raises(AclUnauthenticated) as raised:
+        broker_verifies(shuffled, *request)
+    assert (raised.value.code, raised.value.detail) == (
+        AclErrorCode.SIGNATURE_INVALID,
+        {"header": "Authorization"},
     )
+    assert rejected(shuffled, *request).code == "SIGNATURE_INVALID"
+
+
+def test_another_authorization_scheme_is_no_signature() -> None:
+    request = ("GET", "/v1/topics", "", b"")
+    with pytest.raises(AclUnauthenticated) as raised:
+        broker_verifies({"Authorization": "Bearer abc.def"}, *request)
+    assert raised.value.code is AclErrorCode.SIGNATURE_MISSING
+    assert raised.value.detail == {"missing": ["Authorization"]}
+    assert "Authorization: HALFMQ-HMAC-SHA256" in raised.value.message
+    # ... and does not hide a signature in the four headers of the earlier form
+    four = broker_signed_headers(*request)
+    signed = broker_verifies({"Authorization": "Bearer abc.def", **four}, *request)
+    assert signed.nonce == NONCE
 
 
 @pytest.mark.parametrize(
@@ -107,8 +165,8 @@ def test_signed_headers_verify_at_the_broker(method: str, path: str, query: str)
 def test_each_request_gets_a_fresh_nonce_and_the_current_time() -> None:
     first = sign_headers(CREDENTIALS, "GET", "/v1/topics", "", b"")
     second = sign_headers(CREDENTIALS, "GET", "/v1/topics", "", b"")
-    assert first["X-HalfMQ-Nonce"] != second["X-HalfMQ-Nonce"]
-    now = int(first["X-HalfMQ-Timestamp"])
+    assert first["Authorization"].split("Nonce=")[1] != second["Authorization"].split("Nonce=")[1]
+    now = int(first["Authorization"].split("Timestamp=")[1].split(",")[0])
     assert broker_verifies(first, "GET", "/v1/topics", "", b"", now_ms=now)
 
 

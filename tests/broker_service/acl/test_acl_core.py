@@ -632,10 +632,11 @@ def test_each_missing_header_is_named(config: AclConfig, missing: str) -> None:
     assert missing in refused.message
 
 
-def test_an_unsigned_request_names_all_four_headers(config: AclConfig) -> None:
+def test_an_unsigned_request_is_told_the_header_to_send(config: AclConfig) -> None:
     refused = _refusal({"Content-Type": "application/json"}, config)
     assert refused.code is AclErrorCode.SIGNATURE_MISSING
-    assert refused.detail == {"missing": list(HEADERS)}
+    assert refused.detail == {"missing": ["Authorization"]}
+    assert "Authorization: HALFMQ-HMAC-SHA256 AccessKey=" in refused.message
 
 
 def test_an_unknown_access_key(config: AclConfig) -> None:
