@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from broker_service.acl import nonces
 from broker_service.acl.nonces import NonceKey
 from broker_service.domain.errors import DomainError, NotReady
+from broker_service.store.engine import store_unavailable
 from broker_service.store.sqltx import SqlTx
 
 T = TypeVar("T")
@@ -67,5 +68,6 @@ class ConcurrentUnits:
             except (IntegrityError, OperationalError) as exc:  # a lost race, a deadlock: again
                 error = exc
             except DBAPIError as exc:
-                raise NotReady(f"the store failed: {exc.orig}", code="STORE_UNAVAILABLE") from exc
-        raise NotReady(f"the store failed: {error}", code="STORE_UNAVAILABLE") from error
+                raise store_unavailable(exc) from exc
+        assert error is not None
+        raise store_unavailable(error) from error

@@ -22,7 +22,14 @@ from broker_service.domain.ports import Readiness, transactions_of
 from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
 from broker_service.store.concurrent import ConcurrentUnits
-from broker_service.store.engine import is_sqlite, make_claims_engine, make_engine, sqlite_path
+from broker_service.store.engine import (
+    driver_message,
+    is_sqlite,
+    make_claims_engine,
+    make_engine,
+    sqlite_path,
+    store_unavailable,
+)
 from broker_service.store.sqltx import SqlTx
 from broker_service.store.writer import GroupCommitWriter
 
@@ -139,12 +146,17 @@ class SqlStore:
             engine.dispose()
 
     def check_schema(self) -> Readiness:
+        """Read the schema's revision.  A store that cannot be read says nothing new of its
+        schema: once found current it stays so (requests meanwhile answer 503
+        ``STORE_UNAVAILABLE`` on their own), or a readiness probe that happens to run in a
+        failover's window would keep the broker refusing until the next probe."""
         try:
             status = migrate.schema_status(self.readers)
         except DBAPIError as exc:
-            self.schema_current = False
-            self.schema_reason = f"store unreachable: {exc.orig}"
-            return Readiness(False, self.schema_reason)
+            reason = f"store unreachable: {driver_message(exc)}"
+            if not self.schema_current:
+                self.schema_reason = reason
+            return Readiness(False, reason)
         self.schema_current = status.is_current
         if status.is_current:
             self.schema_reason = ""
@@ -176,7 +188,7 @@ class SqlStore:
         except DomainError:
             raise
         except DBAPIError as exc:
-            raise NotReady(f"the store failed: {exc.orig}", code="STORE_UNAVAILABLE") from exc
+            raise store_unavailable(exc) from exc
 
     async def ping(self) -> Readiness:
         def probe() -> Readiness:
@@ -186,7 +198,7 @@ class SqlStore:
                 with self.inflight.hold(), self.readers.connect() as conn:
                     conn.execute(text("SELECT 1"))
             except DBAPIError as exc:
-                return Readiness(False, f"store unreachable: {exc.orig}")
+                return Readiness(False, f"store unreachable: {driver_message(exc)}")
             return self.check_schema()
 
         return await anyio.to_thread.run_sync(probe)

@@ -18,6 +18,13 @@ failure aborts the batch; its units are then run one per transaction, so only th
 again is answered with the failure.  Units that lost a race with another
 broker (a unique key, a deadlock) are retried on their own a few times.
 
+A batch that cannot get a connection (PostgreSQL's primary is down, or being replaced by its
+standby) is answered 503 ``STORE_UNAVAILABLE`` whole, at once: running its units one by one would
+only try to connect again for each.  The outage is logged twice, when it begins and when a commit
+succeeds again (how long, how many requests were refused), not once per request.  A batch whose
+connection dies in its commit may have been committed (the standby had it): its units run again
+on a fresh connection, where a send or a half is found a duplicate and a commit a repeat.
+
 The writer counts its commits and their units (``batches``, ``units``, read at scrape time) and
 calls ``on_commit(seconds, units)`` after each one, if set: how the app times commits without the
 store knowing of metrics.
@@ -39,7 +46,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.acl.nonces import NonceKey, replayed_error
-from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
+from broker_service.domain.errors import Busy, DomainError, InvalidRequest
+from broker_service.store.engine import driver_message, store_unavailable
 from broker_service.store.sqltx import ResolutionRace, SqlTx
 
 log = logging.getLogger("halfmq.store.writer")
@@ -75,6 +83,7 @@ class GroupCommitWriter:
         self.units = 0
         # Called in the writer thread after each commit: (seconds from begin to commit, units).
         self.on_commit: Callable[[float, int], None] | None = None
+        self._outage = _Outage()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="halfmq-writer", daemon=True)
@@ -140,20 +149,27 @@ class GroupCommitWriter:
                 # batch was seen before: the batch again, each resolution checked as it is made
                 # (see SqlTx.resolve_transaction) and each nonce on its own.
                 self._run_batch(batch, careful=True)
+        except _Unreachable as exc:
+            self._refuse(batch, exc.error)
+            return
         except Exception as exc:
-            if len(batch) == 1:
-                self._run_alone(batch[0], exc)
-            else:
-                log.info("batch of %d failed (%s); running its units one by one", len(batch), exc)
-                for job in batch:
-                    self._run_alone(job, exc)
+            if len(batch) > 1:
+                log.info(
+                    "batch of %d failed (%s); running its units one by one",
+                    len(batch),
+                    driver_message(exc),
+                )
+            unreachable: DBAPIError | None = None
+            for job in batch:
+                if unreachable is not None:  # an earlier unit found the store unreachable
+                    self._refuse([job], unreachable)
+                else:
+                    unreachable = self._run_alone(job, exc)
             return
         self._answer(batch)
 
     def _run_batch(self, batch: list[_Job], *, careful: bool = False) -> None:
-        if self._conn is None:
-            self._conn = self.engine.connect()
-        conn = self._conn
+        conn = self._connection()
         began = time.perf_counter()
         try:
             with conn.begin():
@@ -181,9 +197,27 @@ class GroupCommitWriter:
             raise
         self.batches += 1
         self.units += len(batch)
+        self._outage.ended()
         hook = self.on_commit
         if hook is not None:
             _report(hook, time.perf_counter() - began, len(batch))
+
+    def _connection(self) -> Connection:
+        """The writer's connection, made now if it has none; :class:`_Unreachable` if it cannot
+        be made (nothing ran: the units may be refused without trying them one by one)."""
+        if self._conn is None:
+            try:
+                self._conn = self.engine.connect()
+            except DBAPIError as exc:
+                raise _Unreachable(exc) from exc
+        return self._conn
+
+    def _refuse(self, batch: list[_Job], error: DBAPIError) -> None:
+        """Answer every unit 503: the store cannot be reached (logged once per outage)."""
+        self._outage.began(error, len(batch))
+        for job in batch:
+            job.value, job.ok = store_unavailable(error), False
+        self._answer(batch)
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -191,11 +225,16 @@ class GroupCommitWriter:
             with contextlib.suppress(Exception):
                 conn.close()
 
-    def _run_alone(self, job: _Job, first_error: Exception) -> None:
+    def _run_alone(self, job: _Job, first_error: Exception) -> DBAPIError | None:
+        """Run one unit in a transaction of its own (a few times if it loses races); the
+        driver's error when no connection could be made (the unit is refused)."""
         error: Exception = first_error
         for _ in range(_RETRIES):
             try:
                 self._run_batch([job], careful=True)
+            except _Unreachable as exc:
+                self._refuse([job], exc.error)
+                return exc.error
             except DataError as exc:
                 # The store refused a value (PostgreSQL: a NUL in text, a number out of range):
                 # the request is wrong, and trying again cannot help.
@@ -210,9 +249,10 @@ class GroupCommitWriter:
             else:
                 break
         else:
-            log.error("unit failed %d times: %s", _RETRIES, error)
+            log.error("unit failed %d times: %s", _RETRIES, driver_message(error))
             job.value, job.ok = _translate(error), False
         self._answer([job])
+        return None
 
     @staticmethod
     def _answer(batch: list[_Job]) -> None:
@@ -222,6 +262,42 @@ class GroupCommitWriter:
         for loop, jobs in by_loop.items():
             with contextlib.suppress(RuntimeError):  # the loop closed while we committed
                 loop.call_soon_threadsafe(_settle, jobs)
+
+
+class _Unreachable(Exception):
+    """No connection to the store could be made (``error``: the driver's)."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Outage:
+    """The writer's one account of a store it cannot reach: a WARNING when the first batch is
+    refused, another when a commit succeeds again (how long, how many units were refused), and
+    nothing in between -- a PostgreSQL failover is a few seconds of thousands of refusals."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.refused = 0
+
+    def began(self, error: DBAPIError, units: int) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning(
+                "the store cannot be reached; answering 503 STORE_UNAVAILABLE until it can: %s",
+                driver_message(error),
+            )
+        self.refused += units
+
+    def ended(self) -> None:
+        if self.since is not None:
+            log.warning(
+                "the store is reachable again after %.1f s; %d requests were refused meanwhile",
+                time.monotonic() - self.since,
+                self.refused,
+            )
+            self.since, self.refused = None, 0
 
 
 class _NonceSeen(Exception):
@@ -268,8 +344,6 @@ def _refused(error: DataError) -> InvalidRequest:
 def _translate(error: Exception) -> Exception:
     if isinstance(error, DomainError):
         return error
-    if isinstance(error, DBAPIError) and error.connection_invalidated:
-        return NotReady("the store is unreachable", code="STORE_UNAVAILABLE")
     if isinstance(error, DBAPIError) and not isinstance(error, IntegrityError):
-        return NotReady(f"the store failed: {error.orig}", code="STORE_UNAVAILABLE")
+        return store_unavailable(error)
     return error
