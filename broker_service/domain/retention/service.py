@@ -66,6 +66,7 @@ class _Round:
     exported: int | None
     budget: int
     pace: Pace
+    started: int  # ms: a purged-id record this round writes is younger, and outlives the round
 
 
 class RetentionService:
@@ -132,7 +133,7 @@ class RetentionService:
         report.export_held = policy.wait_for_export and (
             exported is None or exported < self.clock() - policy.retention_ms
         )
-        state = _Round(report, exported, max_rows, pace)
+        state = _Round(report, exported, max_rows, pace, self.clock())
         for head in await self.store.read(lambda tx: tx.queue_heads()):
             if state.budget <= 0:
                 break
@@ -320,11 +321,15 @@ class RetentionService:
             limit = None if dry_run else min(self.policy.batch, state.budget)
             return {"trace_events": tx.purge_trace(before, limit, dry_run=dry_run)}
 
+        # A purged id is answered EXPIRED for a retention after its purge: cut from the round's
+        # start, so the records the round itself wrote stay however long its steps took.
+        ids_before = min(before, state.started - self.policy.retention_ms)
+
         def purged_ids(tx: StoreTx) -> dict[str, int]:
             if not dry_run:
                 self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)
-            return {"purged_ids": tx.purge_purged_ids(before, limit, dry_run=dry_run)}
+            return {"purged_ids": tx.purge_purged_ids(ids_before, limit, dry_run=dry_run)}
 
         for unit in (deliveries, trace, purged_ids):
             await self._repeat(unit, state, dry_run)
