@@ -25,6 +25,7 @@ twice, or a broker answered 500.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -60,10 +61,13 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, default=2)
     parser.add_argument("--detect", type=float, default=1.0, help="seconds from kill to promote")
     parser.add_argument("--measure", type=float, default=5.0, help="seconds of each rate")
+    parser.add_argument("--logs", type=Path, help="keep the brokers' logs in this directory")
     args = parser.parse_args()
 
     rounds: list[Round] = []
-    with tempfile.TemporaryDirectory(prefix="halfmq-failover-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="halfmq-failover-") as scratch:
+        workdir = args.logs or Path(scratch)
+        workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with Drill(Path(workdir), brokers=args.brokers, workers=args.workers) as drill:
             print(f"cluster and {args.brokers} brokers up in {time.monotonic() - started:.1f} s")
@@ -73,14 +77,20 @@ def main() -> int:
                 rounds.append(result)
                 print(f"round {n}: {_row(n, result)}", flush=True)
             logs = [broker.log_path.read_text(errors="replace") for broker in drill.brokers]
-            scraped = httpx.get(f"{drill.urls[0]}/metrics", timeout=10).text
+            scraped = [httpx.get(f"{url}/metrics", timeout=10).text for url in drill.urls]
     print()
     _table(rounds)
-    print("\nthe first broker's /metrics, its 5xx answers:")
-    for line in scraped.splitlines():
-        if line.startswith("halfmq_request_seconds_count") and '"5xx"' in line:
-            print(f"    {line}")
+    for n, text in enumerate(scraped):
+        print(f"\nbroker {n}'s /metrics at the end, its 5xx answers and readiness:")
+        for line in text.splitlines():
+            if line.startswith("halfmq_ready ") or (
+                line.startswith("halfmq_request_seconds_count") and 'status_class="5xx"' in line
+            ):
+                print(f"    {line}")
     tracebacks = sum(log.count("Traceback") for log in logs)
+    for log in logs:
+        for at in [m.start() for m in re.finditer("Traceback", log)][:3]:
+            print("\n" + log[max(0, log.rfind("\n", 0, at - 1)) : at + 3000])
     print(f"\nbroker log lines with a traceback: {tracebacks}")
     bad = sum(r.lost + r.wrong + r.double + r.unresolved + r.errors[500] for r in rounds)
     return 1 if bad or tracebacks else 0

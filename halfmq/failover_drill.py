@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -157,6 +157,11 @@ class Failover:
     def recovery(self) -> float:
         """From the promotion to the first acknowledged write: the brokers' own part."""
         return self.first_ok - self.promoted
+
+
+class UnexpectedAnswer(RuntimeError):
+    """A write answered with a status no retry can change (a 4xx): the drill's load is wrong, or
+    the broker is."""
 
 
 # -- brokers as processes --------------------------------------------------------------------
@@ -291,7 +296,7 @@ class _Worker:
             if data is not None:
                 return dict(data)
             if status and status not in (429, 500, 502, 503, 504):
-                raise AssertionError(f"{kind} {path} answered {status}: {response.text}")
+                raise UnexpectedAnswer(f"{kind} {path} answered {status}: {response.text}")
             self.turn += 1
             await asyncio.sleep(_RETRY_PAUSE)
         return None
@@ -427,9 +432,7 @@ class Drill:
         def checked(message: Message) -> LocalTransactionState:
             return _state(ledger.check(message.msg_id))
 
-        hooks = producer.client.http.event_hooks
-        hooks["request"].append(_stamp)
-        hooks["response"].append(self._recorder("framework"))
+        _record_answers(producer.client.http, self._recorder())
         producer.start()
         self.producer = producer
 
@@ -447,29 +450,31 @@ class Drill:
             with ledger.lock:
                 ledger.consumed[message.msg_id] += 1
 
+        _record_answers(consumer.client.http, self._recorder())
         consumer.start()
         self.consumer = consumer
 
-    def _recorder(self, kind: str) -> Callable[[httpx.Response], None]:
-        """An httpx hook recording every answer the framework's client gets (writes only)."""
+    def _recorder(self) -> Callable[[httpx.Response], None]:
+        """An httpx hook recording every answer a framework client gets: its transactions'
+        writes as ``framework`` (counted with the workers' writes), the rest (heartbeats, pulled
+        checks, receives, acks) as ``client``."""
 
         def record(response: httpx.Response) -> None:
             request = response.request
-            if request.method != "POST" or not request.url.path.startswith("/v1/transactions"):
-                return
+            path = request.url.path
+            write = request.method == "POST" and path.startswith("/v1/transactions")
             now = time.monotonic()
             sent = float(request.extensions.get(_SENT, now))
+            answer = Answer(
+                sent,
+                now,
+                f"{request.url.scheme}://{request.url.netloc.decode()}",
+                "framework" if write else "client",
+                response.status_code,
+                "retry-after" in response.headers,
+            )
             with self.ledger.lock:
-                self.ledger.answers.append(
-                    Answer(
-                        sent,
-                        now,
-                        f"{request.url.scheme}://{request.url.netloc.decode()}",
-                        kind,
-                        response.status_code,
-                        "retry-after" in response.headers,
-                    )
-                )
+                self.ledger.answers.append(answer)
 
         return record
 
@@ -679,6 +684,12 @@ def _stored(url: str) -> _Stored:
 _SENT = "halfmq_drill_sent"
 
 
+def _record_answers(http: httpx.Client, record: Callable[[httpx.Response], None]) -> None:
+    """Stamp each request of a framework client's ``http`` and record its answer."""
+    http.event_hooks["request"].append(_stamp)
+    http.event_hooks["response"].append(record)
+
+
 def _stamp(request: httpx.Request) -> None:
     """An httpx hook: when the request was sent, for :meth:`Drill._recorder`."""
     request.extensions[_SENT] = time.monotonic()
@@ -688,10 +699,3 @@ def _state(decision: str) -> LocalTransactionState:
     if decision == "COMMIT":
         return LocalTransactionState.COMMIT_MESSAGE
     return LocalTransactionState.ROLLBACK_MESSAGE
-
-
-@contextlib.contextmanager
-def drill(workdir: Path, **options: Any) -> Iterator[Drill]:
-    """A :class:`Drill`, closed afterwards."""
-    with Drill(workdir, **options) as running:
-        yield running

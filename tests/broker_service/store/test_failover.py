@@ -65,8 +65,10 @@ def test_primary_killed_under_load_loses_nothing_acknowledged(drill: Drill) -> N
     assert drill.ledger.acknowledged(until=failover.killed) >= 50, "load before the kill"
     assert drill.ledger.acknowledged(since=failover.first_ok) >= 50, "load after the failover"
 
-    # While there was no primary the brokers refused with 503 + Retry-After, never a 500.
+    # While there was no primary the brokers refused with 503 + Retry-After, never a 500; their
+    # readiness said so, and says ready again after.
     _assert_refused_properly(failover, writes)
+    _assert_readiness_followed(failover, [a for a in answers if a.kind == "readyz"])
     assert not [a for a in answers if a.status == 500]
     assert failover.recovery < 15, "the brokers reconnect by themselves, soon"
 
@@ -99,6 +101,15 @@ def _assert_refused_properly(failover: Failover, writes: list[Answer]) -> None:
     assert all(a.retry_after for a in window), "a 503 without Retry-After"
     others = Counter(a.status for a in writes if not 200 <= a.status < 300)
     assert set(others) <= {503}, f"writes answered otherwise: {others}"
+
+
+def _assert_readiness_followed(failover: Failover, probes: list[Answer]) -> None:
+    """``/readyz`` answered 503 in the window, and each broker's last answer is 200 (a probe that
+    ran in the window does not keep a broker refusing)."""
+    window = [a.status for a in probes if failover.killed <= a.sent <= failover.first_ok]
+    assert 503 in window, f"/readyz in the window: {Counter(window)}"
+    last = {a.broker: a.status for a in sorted(probes, key=lambda a: a.done)}
+    assert set(last.values()) == {200}, f"/readyz at the end: {last}"
 
 
 _ROUNDS = re.compile(r'^halfmq_retention_rounds_total\{result="(\w+)"\} ([0-9.e+]+)$', re.M)
