@@ -21,6 +21,7 @@ from broker_service.api.routes import acl as acl_routes
 from broker_service.api.routes import brokers as broker_routes
 from broker_service.api.routes import checks, messages, ops, producers, store, topics, transactions
 from broker_service.api.routes import consumers as consumer_routes
+from broker_service.api.routes import items as item_routes
 from broker_service.api.routes import trace as trace_routes
 from broker_service.api.schemas import bodies
 from broker_service.domain.brokers.service import PresenceService
@@ -89,6 +90,8 @@ def create_app(
     app.include_router(consumer_routes.router)
     app.include_router(consumer_routes.trace_router)
     app.include_router(trace_routes.router)
+    app.include_router(item_routes.router)
+    app.include_router(item_routes.sends_router)
     app.include_router(broker_routes.router)
     bodies.install_schemas(app)
     # Outermost last: the request timer (the `metrics` setting), header limits, then the Host

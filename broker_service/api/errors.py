@@ -69,6 +69,31 @@ def status_of(error: DomainError) -> int:
     return 500
 
 
+def error_item(error: DomainError) -> dict[str, Any]:
+    """A domain error as one item's answer in a request answered item by item (``POST
+    /v1/transactions:batch``, ...): the status it would have alone, beside its envelope."""
+    return {
+        "status": status_of(error),
+        "error": {
+            "code": error.code,
+            "message": _text(error.message),
+            "detail": _plain(error.detail),
+        },
+    }
+
+
+def internal_item() -> dict[str, Any]:
+    """An item that failed the way a request fails with 500: no stack trace, only a pointer."""
+    return {
+        "status": 500,
+        "error": {
+            "code": "INTERNAL",
+            "message": "the broker failed to handle this item; see its log",
+            "detail": {},
+        },
+    }
+
+
 def _plain(value: Any) -> Any:
     """Validation details may hold exceptions and bytes; keep them JSON-safe."""
     if isinstance(value, dict):

@@ -11,13 +11,18 @@ where the broker reads that transaction anyway, in the resolving unit (:class:`T
 so the gate adds no store read to the hottest route.  A need whose resource cannot be read yet (a
 malformed body, an unknown transaction) is "any known account": the route then answers 404 or 422
 as it would without the ACL.
+
+A request answered item by item (``POST /v1/transactions:batch``, ``POST
+/v1/transactions/decisions:batch``, ``POST /v1/messages:batch``) needs any known account at the
+gate; each item then needs what it would need alone, checked by its route (:class:`ItemGuard`), so
+an item the account may not send is refused 403 on its own and its neighbours go on.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -211,6 +216,68 @@ def trace_guard(request: Any) -> TraceGuard | None:
     return TraceGuard(acl.config, access_key, address)
 
 
+@dataclass(slots=True)
+class ItemGuard:
+    """The needs of each item of a request answered item by item, checked on its own by the
+    route before the item goes to the domain: an item is refused 403 as it would be alone, and
+    the others are not.  The same needs as the single routes' rules (``send_half``,
+    ``end_transaction``, ``path_topic(PUB)``); a decision's needs on its transaction's topic and
+    group are left to the resolving unit, as a single commit's are (:meth:`transaction_guard`).
+
+    What it allowed is remembered for the request: a producer's batch names one topic and one
+    group over and over, and each item would otherwise walk the account's permissions again."""
+
+    config: AclConfig
+    access_key: str
+    address: str
+    _allowed: set[tuple[Any, ...]] = field(default_factory=set)  # (access key, address, *needs)
+
+    def half(self, topic: str, producer_group: str) -> None:
+        """A half: PUB on its topic and on its producer group (as ``POST /v1/transactions``)."""
+        self._require([Need.topic(topic, PUB), Need.group(producer_group, PUB)])
+
+    def send(self, topic: str) -> None:
+        """A plain send: PUB on its topic (as ``POST /v1/topics/{topic}/messages``)."""
+        self._require([Need.topic(topic, PUB)])
+
+    def decision(self, producer_group: str | None) -> TransactionGuard:
+        """A commit or rollback: PUB on the group it names here, then PUB on its transaction's
+        topic and group in the unit (the guard returned); none named: an operator's, admin."""
+        if producer_group is None:
+            self._require([Need.admin()])
+        else:
+            self._require([Need.group(producer_group, PUB)])
+        return TransactionGuard(
+            self.config, self.access_key, self.address, PUB, producer_group, self._decide
+        )
+
+    def _require(self, needs: list[Need]) -> None:
+        try:
+            self._decide(self.config, self.access_key, self.address, needs)
+        except AclError as error:
+            raise Forbidden(error.message, code=str(error.code), **error.detail) from None
+
+    def _decide(self, config: AclConfig, access_key: str, address: str, needs: list[Need]) -> None:
+        """:func:`authorize`, once per distinct needs in this request (also from the writer
+        thread, for a decision's :class:`TransactionGuard`: a set's add is atomic)."""
+        key = (access_key, address, *needs)
+        if key in self._allowed:
+            return
+        authorize(config, access_key, address, needs)
+        self._allowed.add(key)
+
+
+def item_guard(request: Any) -> ItemGuard | None:
+    """The per-item guard of a request answered item by item (a Starlette ``Request``); None
+    without the ACL."""
+    acl = getattr(request.app.state, "acl", None)
+    access_key = getattr(request.state, "access_key", None)
+    if acl is None or access_key is None:
+        return None
+    address = request.client.host if request.client else ""
+    return ItemGuard(acl.config, access_key, address)
+
+
 async def list_transactions(ask: Ask) -> list[Need]:
     group = ask.query_value("producer_group")
     return [Need.group(group, PUB)] if group else [Need.admin()]
@@ -230,6 +297,13 @@ async def create_consumer_group(ask: Ask) -> list[Need]:
 async def signed_in(_: Ask) -> list[Need]:
     """Any known account (from an allowed address): the console's overview and logout, a trace
     report (whose events are checked one by one)."""
+    return []
+
+
+@by_path
+async def each_item(_: Ask) -> list[Need]:
+    """Any known account at the gate; each item then needs what it would need alone, checked by
+    the route (:class:`ItemGuard`) and refused on its own."""
     return []
 
 
@@ -258,6 +332,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/transactions/{transaction_id}/checks"): read_transaction,
     ("GET", "/v1/transactions"): list_transactions,
     ("POST", "/v1/transactions/{transaction_id}/check"): admin,
+    # answered item by item: each item as alone (ItemGuard)
+    ("POST", "/v1/transactions:batch"): each_item,
+    ("POST", "/v1/transactions/decisions:batch"): each_item,
+    ("POST", "/v1/messages:batch"): each_item,
     # producer groups and check-back
     ("POST", "/v1/producer-groups/{group}/heartbeat"): path_group(PUB),
     ("GET", "/v1/producer-groups/{group}/checks"): path_group(PUB),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response, status
 
 from broker_service.api import convert
@@ -56,9 +58,16 @@ async def delete_topic(topic: UserTopicName, service: MessagesDep) -> Response:
 @router.post("/{topic}/messages", status_code=status.HTTP_201_CREATED, response_model=SendResultOut)
 async def send_message(topic: UserTopicName, body: MessageIn, request: Request) -> Response:
     """Store one message; a retransmit with the same ``msg_id`` and content is answered again."""
+    sent = await send_one(request, topic, body)
+    return convert.json_response(sent, status.HTTP_201_CREATED)
+
+
+async def send_one(request: Request, topic: str, body: MessageIn) -> dict[str, Any]:
+    """One message stored, answered as ``SendResultOut``: this route's work, and each item's of
+    ``POST /v1/messages:batch``."""
     (receipt,) = await messages_of(request).send(topic, [body.to_draft()])
     metrics_of(request).messages_sent.labels(duplicate=str(receipt.duplicate).lower()).inc()
-    return convert.json_response(convert.receipt_dict(receipt), status.HTTP_201_CREATED)
+    return convert.receipt_dict(receipt)
 
 
 @router.post(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
@@ -10,7 +10,7 @@ from broker_service.api import convert
 from broker_service.api.deps import TransactionsDep, metrics_of, transactions_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
-from broker_service.api.permissions import transaction_guard
+from broker_service.api.permissions import TransactionGuard, transaction_guard
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.trace import CheckAuditOut, CheckEntryOut
 from broker_service.api.schemas.transactions import (
@@ -29,29 +29,48 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=E
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfOut)
 async def send_half(body: TransactionIn, request: Request) -> Response:
     """Store a half message in RMQ_SYS_TRANS_HALF_TOPIC, invisible to consumers."""
+    half = await store_half(request, body)
+    return convert.json_response(half, status.HTTP_201_CREATED)
+
+
+async def store_half(request: Request, body: TransactionIn) -> dict[str, Any]:
+    """One half stored, answered as ``HalfOut``: this route's work, and each item's of ``POST
+    /v1/transactions:batch``."""
     receipt = await transactions_of(request).prepare(
         body.topic, body.to_draft(), body.producer_group, body.check_immunity_seconds
     )
     if not receipt.duplicate:
         metrics_of(request).halves.inc()
-    half = {
+    return {
         "transaction_id": receipt.transaction_id,
         "msg_id": receipt.msg_id,
         "state": "PREPARED",
         "duplicate": receipt.duplicate,
     }
-    return convert.json_response(half, status.HTTP_201_CREATED)
 
 
 async def _resolve(
     transaction_id: str, decision: Decision, body: DecisionIn | None, request: Request
 ) -> Response:
-    body = body or DecisionIn()
+    guard = transaction_guard(request.state)  # the ACL's need on the transaction's topic
+    resolution = await resolve(request, transaction_id, decision, body or DecisionIn(), guard)
+    return convert.json_response(resolution)
+
+
+async def resolve(
+    request: Request,
+    transaction_id: str,
+    decision: Decision,
+    body: DecisionIn,
+    guard: TransactionGuard | None,
+) -> dict[str, Any]:
+    """One commit or rollback, answered as ``ResolutionOut``: the two routes' work, and each
+    item's of ``POST /v1/transactions/decisions:batch``.  ``guard``: the ACL's needs on the
+    transaction's own topic and group, checked by the resolving unit."""
     by = ResolvedBy.CHECK if body.from_check else ResolvedBy.PRODUCER
     if body.producer_group is None and not body.from_check:
         by = ResolvedBy.OPERATOR
     service = transactions_of(request)
-    guard = transaction_guard(request.state)  # the ACL's need on the transaction's topic
     resolution = await service.resolve(
         transaction_id,
         decision,
@@ -67,7 +86,7 @@ async def _resolve(
     if resolution.check_latency_ms is not None:
         seconds = resolution.check_latency_ms / 1000
         metrics.check_seconds.labels(mode="pull", result=decision.value).observe(seconds)
-    return convert.json_response(convert.resolution_dict(resolution))
+    return convert.resolution_dict(resolution)
 
 
 @router.post("/{transaction_id}/commit", response_model=ResolutionOut)
