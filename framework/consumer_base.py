@@ -31,6 +31,7 @@ from framework.acks import (
     succeeded,
     tag_expression,
 )
+from framework.batching import Linger
 from framework.client_trace import Timing
 from framework.config import Retry, Timeout
 from framework.errors import BodyDecodeError, ConfigurationError, HalfMQError
@@ -90,9 +91,23 @@ class ConsumerBase(GroupMember[TransportT]):
         transport: TransportT | None = None,
         verify: Verify = True,
         client_trace: bool | None = None,
+        batch_linger_ms: float = 2.0,
+        max_batch: int = 128,
     ) -> None:
+        """``batch_linger_ms``: how long a worker's ack waits for the other workers' to share its
+        request, while others are in flight (0: one ack request per message, as before);
+        ``max_batch``: a shared ack is sent once it holds this many (:mod:`framework.batching`).
+        ``AckMode.BATCH`` is another thing: it acks later, by itself."""
         super().__init__(
-            group, "consumer group", brokers, client_id, timeout, retry, credentials, client_trace
+            group,
+            "consumer group",
+            brokers,
+            client_id,
+            timeout,
+            retry,
+            credentials,
+            client_trace,
+            Linger(batch_linger_ms, max_batch),
         )
         self.ack_mode = ack_mode
         self.batch_size = batch_size

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Generic, Self, TypeVar
 
+from framework.batching import Linger
 from framework.client_trace import ClientTrace, enabled
 from framework.config import Retry, Timeout
 from framework.errors import ConfigurationError
@@ -40,8 +41,9 @@ def default_client_id() -> str:
 
 
 class GroupMember(ABC, Generic[TransportT]):
-    """A member of ``group``: its brokers, its client id, its keys, its call settings and its
-    client-side trace (:mod:`framework.client_trace`)."""
+    """A member of ``group``: its brokers, its client id, its keys, its call settings (time-outs,
+    retries, and how its calls share requests) and its client-side trace
+    (:mod:`framework.client_trace`)."""
 
     def __init__(
         self,
@@ -53,7 +55,9 @@ class GroupMember(ABC, Generic[TransportT]):
         retry: Retry | None,
         credentials: CredentialsLike,
         client_trace: bool | None = None,
+        linger: Linger | None = None,
     ) -> None:
+        """``linger``: how this member's calls share requests (:mod:`framework.batching`)."""
         self.group = check_name(group, what)
         # None: HALFMQ_ACCESS_KEY / HALFMQ_SECRET_KEY, read here (neither set: unsigned, no ACL)
         self.credentials = resolve_credentials(credentials)
@@ -63,6 +67,7 @@ class GroupMember(ABC, Generic[TransportT]):
         self.retry = retry or Retry()
         # None: HALFMQ_CLIENT_TRACE, read here (unset: on); the face starts its reporter
         self.client_trace = ClientTrace(self.group, self.client_id, enabled(client_trace))
+        self.linger = linger or Linger()
         self.started = False
 
     @abstractmethod
@@ -79,6 +84,7 @@ class GroupMember(ABC, Generic[TransportT]):
             transport=transport,
             credentials=self.credentials,
             verify=verify,
+            linger=self.linger,
         )
 
 

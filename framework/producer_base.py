@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
 from framework import otel, protocol, txlog
+from framework.batching import Linger
 from framework.client_trace import Timing
 from framework.config import CheckMode, Retry, Timeout
 from framework.errors import ConfigurationError, HalfMQError
@@ -80,9 +81,24 @@ class ProducerBase(GroupMember[TransportT]):
         credentials: CredentialsLike = None,
         verify: Verify = True,
         client_trace: bool | None = None,
+        batch_linger_ms: float = 2.0,
+        max_batch: int = 128,
+        max_batch_bytes: int = 1024 * 1024,
     ) -> None:
+        """``batch_linger_ms``: with many transactions (or sends) in flight at once -- threads
+        or tasks --, how long a half, a decision or a send waits for others to share its request
+        (0: one request per call, as before); ``max_batch`` and ``max_batch_bytes``: a shared
+        request is sent once this full (:mod:`framework.batching`)."""
         super().__init__(
-            group, "producer group", brokers, client_id, timeout, retry, credentials, client_trace
+            group,
+            "producer group",
+            brokers,
+            client_id,
+            timeout,
+            retry,
+            credentials,
+            client_trace,
+            Linger(batch_linger_ms, max_batch, max_batch_bytes),
         )
         self.check_mode = check or CheckMode.pull()
         self.heartbeat_interval = heartbeat_interval

@@ -5,11 +5,18 @@ says what to send and how to read the answer; an :class:`Attempts` says where to
 a failure, whether and when to try again.  Only :mod:`framework.transport` touches the network.
 The decisions made of several calls (a transaction, a check, a consumed message) are flows over
 these calls: :mod:`framework.flow`.
+
+A call that may share one request with others of its kind (a half, a decision, a plain send, an
+ack) carries a :class:`Share`: its :class:`Lane` -- the route that takes many such items and how
+that route's answer splits into one :class:`Answer` per item -- and its item.  Each item's answer
+is read by the call's own ``parse`` and error reader, and retried by the call's own
+:class:`Attempts`, exactly as its answer alone would be (:mod:`framework.batching`).
 """
 
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -33,18 +40,25 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 FAILOVER_STATUSES = frozenset({500, 502, 503, 504})
 
 
+_UNREAD = object()
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A broker's answer to one attempt: ``url`` is the request's, ``broker`` the broker's base
-    URL, ``reason`` the status line's reason phrase."""
+    URL, ``reason`` the status line's reason phrase.  One item's answer in a shared request
+    carries its JSON already read (``data``), with the shared request's ``url``."""
 
     status: int
     content: bytes
     url: str = ""
     broker: str = ""
     reason: str = ""
+    data: Any = _UNREAD
 
     def json(self) -> Any:
+        if self.data is not _UNREAD:
+            return self.data
         return orjson.loads(self.content) if self.content else None
 
 
@@ -69,6 +83,7 @@ class Call(Generic[T]):
     fields: Mapping[str, str] = field(default_factory=dict)  # ids for errors (topic, ...)
     success: Callable[[int], bool] = is_2xx
     read_error: ErrorReader | None = None  # None: the envelope (parse_error)
+    share: Share | None = None  # how it may share a request with others of its lane
 
     def content(self) -> bytes | None:
         """The body as sent: encoded as JSON, or as given when it is encoded already (bytes)."""
@@ -111,9 +126,17 @@ class Attempts(Generic[T]):
         self.endpoints = endpoints
         self.retry = retry
         self.call = call
-        self.content = call.content()
+        self._content: object = _UNREAD
         self.failures = 0
         self._aim(endpoints.current)
+
+    @property
+    def content(self) -> bytes | None:
+        """The body as sent, encoded once (never, for a call whose item went in a shared
+        request)."""
+        if self._content is _UNREAD:
+            self._content = self.call.content()
+        return self._content  # type: ignore[return-value]
 
     def _aim(self, index: int) -> None:
         """The next attempt goes to broker ``index``: its base URL and the call's URL there."""
@@ -206,6 +229,109 @@ def json_object(answer: Answer) -> dict[str, Any]:
     return value
 
 
+# -- calls that share a request -----------------------------------------------------------------
+
+ITEMS_MAX = 1000  # the broker takes 1 to 1000 items (or receipt handles) in one request
+
+
+class Lane(ABC):
+    """Calls of one kind that may go in one request: the route that takes them as items, and how
+    its answer is split into one :class:`Answer` per item."""
+
+    key: str  # calls of the same key share requests
+
+    def encode(self, item: Any) -> bytes:
+        """The item as it goes into the request's body."""
+        return orjson.dumps(item)
+
+    def weight(self, item: Any) -> int:
+        """How much of the route's :data:`ITEMS_MAX` the item takes."""
+        return 1
+
+    @abstractmethod
+    def request(self, items: Sequence[Any], encoded: Sequence[bytes]) -> Call[list[Answer]]:
+        """One request for ``items`` (``encoded`` by :meth:`encode`), answering one
+        :class:`Answer` per item, in order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What a :class:`Call` sends when it shares a request: its item, in its lane."""
+
+    lane: Lane
+    item: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ItemsLane(Lane):
+    """A route answered item by item (``POST /v1/transactions:batch``, ...): the body is
+    ``{field: [item, ...]}``; the answer ``{"results": [{"status", "result" | "error"}, ...]}``,
+    each result what the item's own route would answer with that status."""
+
+    key: str
+    path: str
+    field: str
+
+    def request(self, items: Sequence[Any], encoded: Sequence[bytes]) -> Call[list[Answer]]:
+        body = b'{"' + self.field.encode() + b'":[' + b",".join(encoded) + b"]}"
+        return Call("POST", self.path, lambda a: item_answers(a, len(encoded)), body=body)
+
+
+def item_answers(answer: Answer, count: int) -> list[Answer]:
+    """The answer of a route answered item by item, as each item's own :class:`Answer`."""
+    results = json_object(answer).get("results")
+    if not isinstance(results, list) or len(results) != count:
+        raise UnexpectedAnswerError(answer.broker, answer.status)
+    split = []
+    for result in results:
+        status = result.get("status") if isinstance(result, dict) else None
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise UnexpectedAnswerError(answer.broker, answer.status)
+        data = result["result"] if "result" in result else {"error": result.get("error")}
+        split.append(Answer(status, b"", answer.url, answer.broker, data=data))
+    return split
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AckLane(Lane):
+    """Acks of one consumer group in one ack request: its answer's ``stale`` handles are told
+    back to the call that acked each one."""
+
+    group: str
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"ack:{self.group}")
+
+    def weight(self, item: Any) -> int:
+        return len(item)
+
+    def request(self, items: Sequence[Any], encoded: Sequence[bytes]) -> Call[list[Answer]]:
+        handles = [handle for handles in items for handle in handles]
+
+        def split(answer: Answer) -> list[Answer]:
+            stale = json_object(answer).get("stale") or []
+            gone = set(stale) if isinstance(stale, list) else set()
+            answers = []
+            for mine in items:
+                left = [h for h in mine if h in gone]
+                data = {"acked": len(mine) - len(left), "stale": left}
+                answers.append(Answer(answer.status, b"", answer.url, answer.broker, data=data))
+            return answers
+
+        return Call(
+            "POST",
+            f"/v1/consumer-groups/{self.group}/ack",
+            split,
+            body={"receipt_handles": handles},
+        )
+
+
+HALVES = ItemsLane("halves", "/v1/transactions:batch", "halves")
+DECISIONS = ItemsLane("decisions", "/v1/transactions/decisions:batch", "decisions")
+SENDS = ItemsLane("sends", "/v1/messages:batch", "messages")
+
+
 # -- the calls ---------------------------------------------------------------------------------
 
 
@@ -220,12 +346,14 @@ def _send_result(data: Mapping[str, Any]) -> SendResult:
 
 
 def send(message: Message) -> Call[SendResult]:
+    body = to_wire(message)
     return Call(
         "POST",
         f"/v1/topics/{message.topic}/messages",
         lambda a: _send_result(a.json()),
-        body=to_wire(message),
+        body=body,
         fields={"topic": message.topic, "msg_id": message.msg_id},
+        share=Share(SENDS, {**body, "topic": message.topic}),
     )
 
 
@@ -261,6 +389,7 @@ def prepare(
         parse,
         body=body,
         fields={"topic": message.topic, "msg_id": message.msg_id},
+        share=Share(HALVES, body),
     )
 
 
@@ -278,12 +407,14 @@ def end(
     body: dict[str, Any] = {"producer_group": group, "from_check": from_check}
     if client_id is not None:
         body["client_id"] = client_id
+    decision = {"transaction_id": transaction_id, "decision": verb.upper(), **body}
     return Call(
         "POST",
         f"/v1/transactions/{transaction_id}/{verb}",
         lambda a: str(a.json()["state"]),
         body=body,
         fields={"transaction_id": transaction_id},
+        share=Share(DECISIONS, decision),
     )
 
 
@@ -398,6 +529,7 @@ def ack(group: str, handles: Sequence[str]) -> Call[AckResult]:
         f"/v1/consumer-groups/{group}/ack",
         parse,
         body={"receipt_handles": list(handles)},
+        share=Share(AckLane(group), list(handles)) if len(handles) <= ITEMS_MAX else None,
     )
 
 

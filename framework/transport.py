@@ -6,7 +6,13 @@ decides; ``run`` drives a decision flow.  With credentials, both sign every requ
 retry, afresh) through :class:`~framework.signing.HalfmqAuth`, which sits on the client, so a
 transport given for tests (``halfmq.testing``) is signed through as well.  Every request carries
 the caller's OpenTelemetry context (:func:`framework.otel.headers`), so a broker's request spans
-join the caller's trace."""
+join the caller's trace (a shared request: the context of the call that led it).
+
+Given a :class:`~framework.batching.Linger` that is on, a call that may share a request
+(``Call.share``) is gathered with the others of its lane (:mod:`framework.batching`): the call
+that leads a gathering sends it -- in its own thread, or in a task of its own on the event loop --
+and every call reads its own answer with its own :class:`~framework.protocol.Attempts`.
+``close()`` sends what is gathered at once and waits for the shared requests in flight."""
 
 from __future__ import annotations
 
@@ -24,9 +30,10 @@ from typing import Any, Generic, TypeVar
 import httpx
 
 from framework import otel
+from framework.batching import ALONE, ONE_ATTEMPT, Alone, Gathering, Gatherings, Linger, Outcome
 from framework.config import Retry, Timeout
 from framework.flow import Flow, Step, Steps
-from framework.protocol import Answer, Attempts, Call, Endpoints
+from framework.protocol import Answer, Attempts, Call, Endpoints, Share
 from framework.signing import Credentials, HalfmqAuth
 
 T = TypeVar("T")
@@ -71,11 +78,19 @@ class _Client(ABC, Generic[TransportT, HttpT]):
         transport: TransportT | None = None,
         credentials: Credentials | None = None,
         verify: Verify = True,
+        linger: Linger | None = None,
     ) -> None:
+        """``linger``: how calls share requests (None or off: one request per call)."""
         self.endpoints = Endpoints(brokers)
         self.timeout = timeout
         self.retry = retry
         self.http = self._open(transport, _options(credentials, verify))
+        self.linger = linger if linger is not None and linger.on else None
+
+    @property
+    def close_wait(self) -> float:
+        """How long closing waits for the shared requests in flight: one request's time."""
+        return self.timeout.connect + self.timeout.write + self.timeout.read
 
     @abstractmethod
     def _open(self, transport: TransportT | None, options: dict[str, Any]) -> HttpT:
@@ -107,6 +122,9 @@ class BrokerClient(_Client[httpx.BaseTransport, httpx.Client]):
         self._lock = threading.Lock()
         self._polls = 0
         self._closing = False
+        self.gatherings: Gatherings[threading.Event] | None = None
+        if self.linger is not None:
+            self.gatherings = Gatherings(self.linger, threading.Event)
 
     def _open(self, transport: httpx.BaseTransport | None, options: dict[str, Any]) -> httpx.Client:
         return httpx.Client(transport=transport, **options)
@@ -128,9 +146,57 @@ class BrokerClient(_Client[httpx.BaseTransport, httpx.Client]):
 
     def call(self, call: Call[T], retry: Retry | None = None) -> T:
         attempts = Attempts(self.endpoints, retry or self.retry, call)
+        if call.share is not None and self.gatherings is not None:
+            return self._shared(attempts, call.share, self.gatherings)
+        return self._alone(attempts)
+
+    def _alone(self, attempts: Attempts[T]) -> T:
         while (pause := attempts.outcome(self._send(attempts))) is not None:
             time.sleep(pause)
         return attempts.result
+
+    def _shared(
+        self, attempts: Attempts[T], share: Share, gatherings: Gatherings[threading.Event]
+    ) -> T:
+        """A call that may share a request: each attempt goes in a gathering (or alone, when
+        told to), and its own answer decides, as it would alone."""
+        gatherings.enter(share.lane)
+        try:
+            while True:
+                outcome = self._gathered(share, gatherings)
+                if isinstance(outcome, Alone):
+                    return self._alone(attempts)
+                pause = attempts.outcome(outcome)
+                if pause is None:
+                    return attempts.result
+                time.sleep(pause)
+        finally:
+            gatherings.leave(share.lane)
+
+    def _gathered(self, share: Share, gatherings: Gatherings[threading.Event]) -> Outcome:
+        seat = gatherings.join(share)
+        if seat is None:
+            return ALONE
+        if seat.leads:
+            self._lead(seat.gathering, gatherings)
+        else:
+            seat.gathering.done.wait()
+        return seat.pending.outcome
+
+    def _lead(self, gathering: Gathering[threading.Event], gatherings: Gatherings[Any]) -> None:
+        """Wait for company (at most the linger), then send the gathering in this thread and
+        hand every call its outcome -- whatever happens, so no caller waits forever."""
+        outcomes: list[Outcome] = []
+        try:
+            gathering.ready.wait(gatherings.linger.seconds)
+            pendings = gatherings.seal(gathering)
+            request = gatherings.request(pendings)
+            if request is not None:
+                attempts = Attempts(self.endpoints, ONE_ATTEMPT, request)
+                answer = self._send(attempts)
+                outcomes = gatherings.outcomes(gathering.lane, request, answer, len(pendings))
+        finally:
+            gatherings.finish(gathering, outcomes)
 
     def run(self, flow: Flow[T]) -> T:
         """Drive ``flow`` in this thread: make its calls, call its callbacks."""
@@ -143,7 +209,12 @@ class BrokerClient(_Client[httpx.BaseTransport, httpx.Client]):
         return steps.result
 
     def close(self) -> None:
-        """Close now, or -- with a long poll in flight -- once it ends (see :meth:`polling`)."""
+        """Send what is gathered and wait for the shared requests in flight; then close now, or
+        -- with a long poll in flight -- once it ends (see :meth:`polling`)."""
+        if self.gatherings is not None:
+            deadline = time.monotonic() + self.close_wait
+            for gathering in self.gatherings.close():
+                gathering.done.wait(max(0.0, deadline - time.monotonic()))
         with self._lock:
             self._closing = True
             if self._polls:
@@ -162,6 +233,13 @@ class BrokerClient(_Client[httpx.BaseTransport, httpx.Client]):
 class AsyncBrokerClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
     """Calls the brokers from coroutines."""
 
+    def __init__(self, brokers: Sequence[str], **options: Any) -> None:
+        super().__init__(brokers, **options)
+        self.gatherings: Gatherings[asyncio.Event] | None = None
+        if self.linger is not None:
+            self.gatherings = Gatherings(self.linger, asyncio.Event)
+        self._leading: set[asyncio.Task[None]] = set()
+
     def _open(
         self, transport: httpx.AsyncBaseTransport | None, options: dict[str, Any]
     ) -> httpx.AsyncClient:
@@ -169,11 +247,66 @@ class AsyncBrokerClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
 
     async def call(self, call: Call[T], retry: Retry | None = None) -> T:
         attempts = Attempts(self.endpoints, retry or self.retry, call)
+        if call.share is not None and self.gatherings is not None:
+            return await self._shared(attempts, call.share, self.gatherings)
+        return await self._alone(attempts)
+
+    async def _alone(self, attempts: Attempts[T]) -> T:
         while True:
             pause = attempts.outcome(await self._send(attempts))
             if pause is None:
                 return attempts.result
             await asyncio.sleep(pause)
+
+    async def _shared(
+        self, attempts: Attempts[T], share: Share, gatherings: Gatherings[asyncio.Event]
+    ) -> T:
+        """As :meth:`BrokerClient._shared`, awaited."""
+        gatherings.enter(share.lane)
+        try:
+            while True:
+                outcome = await self._gathered(share, gatherings)
+                if isinstance(outcome, Alone):
+                    return await self._alone(attempts)
+                pause = attempts.outcome(outcome)
+                if pause is None:
+                    return attempts.result
+                await asyncio.sleep(pause)
+        finally:
+            gatherings.leave(share.lane)
+
+    async def _gathered(self, share: Share, gatherings: Gatherings[asyncio.Event]) -> Outcome:
+        seat = gatherings.join(share)
+        if seat is None:
+            return ALONE
+        if seat.leads:
+            # The gathering is sent by a task of its own: cancelling the call that opened it
+            # (its caller's task) cancels no one else's request.
+            task = asyncio.create_task(self._lead(seat.gathering, gatherings))
+            self._leading.add(task)
+            task.add_done_callback(self._leading.discard)
+        await seat.gathering.done.wait()
+        return seat.pending.outcome
+
+    async def _lead(
+        self, gathering: Gathering[asyncio.Event], gatherings: Gatherings[asyncio.Event]
+    ) -> None:
+        outcomes: list[Outcome] = []
+        try:
+            if not gathering.ready.is_set():
+                linger = asyncio.get_running_loop().call_later(
+                    gatherings.linger.seconds, gathering.ready.set
+                )
+                await gathering.ready.wait()
+                linger.cancel()
+            pendings = gatherings.seal(gathering)
+            request = gatherings.request(pendings)
+            if request is not None:
+                attempts = Attempts(self.endpoints, ONE_ATTEMPT, request)
+                answer = await self._send(attempts)
+                outcomes = gatherings.outcomes(gathering.lane, request, answer, len(pendings))
+        finally:
+            gatherings.finish(gathering, outcomes)
 
     async def run(self, flow: Flow[T]) -> T:
         """Drive ``flow`` on this loop: await its calls and coroutine callbacks, run plain
@@ -187,6 +320,11 @@ class AsyncBrokerClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
         return steps.result
 
     async def aclose(self) -> None:
+        """Send what is gathered, wait for the shared requests in flight, then close."""
+        if self.gatherings is not None:
+            self.gatherings.close()
+            if self._leading:
+                await asyncio.wait(set(self._leading), timeout=self.close_wait)
         await self.http.aclose()
 
     async def _take(self, step: Step) -> Any:
