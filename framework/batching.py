@@ -124,7 +124,7 @@ class Gathering(Generic[S]):
     sealed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Seat(Generic[S]):
     """Where :meth:`Gatherings.join` put a call: its gathering, its item, whether it leads."""
 

@@ -108,9 +108,23 @@ def _span(
         yield Span()
         return
     context = None if parent is None else propagate.extract(parent)
-    tracer = trace.get_tracer(TRACER)  # the provider of now: one configured later counts
-    with tracer.start_as_current_span(name, context, SpanKind[kind], attributes) as span:
+    with _tracer().start_as_current_span(name, context, SpanKind[kind], attributes) as span:
         yield Span(span if span.is_recording() else None)
+
+
+_made: tuple[Any, Any] | None = None  # (a tracer provider, the framework's tracer from it)
+
+
+def _tracer() -> Any:
+    """The framework's tracer from the provider of now (one configured later counts), made once
+    per provider: ``trace.get_tracer`` builds a new one on every call, which was half of what a
+    span cost a transaction when no SDK is configured (three spans a transaction)."""
+    global _made
+    provider = trace.get_tracer_provider()
+    made = _made
+    if made is None or made[0] is not provider:
+        made = _made = (provider, provider.get_tracer(TRACER))
+    return made[1]
 
 
 @contextmanager
