@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import ssl
 import threading
@@ -35,6 +36,8 @@ from framework.config import Retry, Timeout
 from framework.flow import Flow, Step, Steps
 from framework.protocol import Answer, Attempts, Call, Endpoints, Share
 from framework.signing import Credentials, HalfmqAuth
+
+log = logging.getLogger("halfmq.client")
 
 T = TypeVar("T")
 TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
@@ -305,6 +308,8 @@ class AsyncBrokerClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
                 attempts = Attempts(self.endpoints, ONE_ATTEMPT, request)
                 answer = await self._send(attempts)
                 outcomes = gatherings.outcomes(gathering.lane, request, answer, len(pendings))
+        except Exception as exc:  # no one awaits this task: its calls go alone and meet it
+            log.info("a shared request failed (its calls go alone): %r", exc)
         finally:
             gatherings.finish(gathering, outcomes)
 

@@ -506,6 +506,45 @@ async def test_async_transactions_share_requests_and_fail_alone(ainproc: InProce
     assert sum(len(d["decisions"]) for d in decisions) >= 2  # the decisions shared a request
 
 
+async def test_cancelling_the_call_that_opened_a_gathering_cancels_no_one_else(
+    ainproc: InProcessBroker,
+) -> None:
+    """A gathering is sent by a task of its own, not by its opener's: the opener's caller may
+    give up (its task cancelled) and the others still get their answers."""
+    recorder = AsyncRecorder(ainproc.async_transport)
+    producer = AsyncTransactionProducer(
+        "bob-bank", brokers=[ainproc.url], transport=recorder, check=NONE, batch_linger_ms=2000
+    )
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def before(request: httpx.Request) -> None:
+        if request.url.path == "/v1/topics/transfers/messages" and not held.is_set():
+            held.set()
+            await asyncio.wait_for(release.wait(), 20)
+
+    recorder.before = before
+    async with producer:
+        first = asyncio.create_task(producer.send(Message("transfers", body="first")))
+        await held.wait()
+        opener = asyncio.create_task(producer.send(Message("transfers", body="opener")))
+        await asyncio.sleep(0.05)
+        others = [asyncio.create_task(producer.send(Message("transfers", body=str(n))))
+                  for n in range(2)]  # fmt: skip
+        gatherings = producer.client.gatherings
+        assert gatherings is not None
+        for _ in range(200):
+            if gatherings.gathered(SENDS) == 3:
+                break
+            await asyncio.sleep(0.02)
+        opener.cancel()
+        release.set()
+        results = await asyncio.wait_for(asyncio.gather(first, *others), 20)
+    assert opener.cancelled()
+    assert [r.send_status.value for r in results] == ["SEND_OK"] * 3
+    (shared,) = recorder.bodies(SENDS_PATH)
+    assert sorted(m["body"] for m in shared["messages"]) == ["0", "1", "opener"]
+
+
 async def test_async_linger_zero_is_one_request_per_call(ainproc: InProcessBroker) -> None:
     recorder = AsyncRecorder(ainproc.async_transport)
     producer = AsyncTransactionProducer(
