@@ -3,6 +3,7 @@ queueing behind the group-commit writer (the domain's ``UnitRunner``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
@@ -15,11 +16,17 @@ from broker_service.acl import nonces
 from broker_service.acl.nonces import NonceKey
 from broker_service.domain.errors import DomainError, NotReady
 from broker_service.store.engine import store_unavailable
+from broker_service.store.progress import ProgressKey
 from broker_service.store.sqltx import SqlTx
 
 T = TypeVar("T")
 
 _RETRIES = 3
+# How long settling a committed offset waits for the unit that holds its row: a receive's or an
+# ack's holds it for milliseconds; longer means something is wrong, and the offset is left.
+_SETTLE_WAIT_MS = 2000
+
+log = logging.getLogger("halfmq.store.claims")
 
 
 class ConcurrentUnits:
@@ -62,6 +69,8 @@ class ConcurrentUnits:
                         raise nonces.replayed_error(nonce)
                     result = unit(tx)
                     tx.flush()
+                if tx.held_progress:
+                    self._settle(tx.held_progress)
                 return result
             except DomainError:
                 raise
@@ -71,3 +80,16 @@ class ConcurrentUnits:
                 raise store_unavailable(exc) from exc
         assert error is not None
         raise store_unavailable(error) from error
+
+    def _settle(self, held: dict[ProgressKey, int]) -> None:
+        """Once a unit has committed, move the committed offsets it found held by another unit
+        (``ProgressPart.settle_progress``), on the leases' pool: an offset left behind by a crash
+        only redelivers, as a lease does.  Waiting is bounded (``lock_timeout``); a settle that
+        fails is logged and leaves the offset to the queue's next ack or receive -- the unit's
+        own work is committed either way."""
+        try:
+            with self.inflight(), self.leases.begin() as conn:
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_SETTLE_WAIT_MS}ms'")
+                SqlTx(conn).settle_progress(held)
+        except DBAPIError as exc:
+            log.info("committed offsets of %s not settled: %s", sorted(held), exc.orig or exc)

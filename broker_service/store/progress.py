@@ -8,11 +8,20 @@ members at once.  SQLite has one writer, which serializes claims by itself.
 A queue's committed offset is the oldest offset still open (in flight, or an orderly retry waiting),
 else its pull offset: a lookup in the partial index of open deliveries, however many deliveries were
 acked out of order behind it.
+
+PostgreSQL: acks racing on one queue.  An ack (a nack, a receive) moves the offset in its own
+transaction, and under READ COMMITTED its statement cannot see another ack's deliveries that are
+ACKED but not yet committed: the offset it writes stops at them.  The other ack, finding the row
+held (``SKIP LOCKED``: it never waits inside its unit), notes the queue (:attr:`held_progress`), and
+once its own unit has committed the claims runner moves that offset again in a transaction of its
+own (:meth:`settle_progress`): it waits for the holder's commit, then reads with a snapshot that
+sees both.  Without that step the offset stayed behind -- the group view showed a lag of a few
+messages with nothing in flight -- until the queue's next ack or receive.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -39,6 +48,7 @@ from broker_service.store.part import SqlPart
 from broker_service.store.schema import consumer_offsets, deliveries, messages, queues, topics
 
 o = consumer_offsets.c
+ProgressKey = tuple[str, str, int, str]  # (group, topic, queue, client; '' for the group)
 d = deliveries.c
 m = messages.c
 
@@ -158,7 +168,8 @@ _advance = (
 _advance_queues = _advance.where(
     tuple_(o.topic, o.queue_id).in_(bindparam("b_keys", expanding=True))
 )
-# PostgreSQL: a row another broker holds is left to it.
+# PostgreSQL: a row another unit holds is skipped (and settled after the commit); the rows moved
+# come back, so that the skipped ones are known.
 _held = consumer_offsets.alias("held")
 _advance_queues_unless_held = Prepared(
     _advance.where(
@@ -176,7 +187,18 @@ _advance_queues_unless_held = Prepared(
             )
             .with_for_update(skip_locked=True)
         )
+    ).returning(o.topic, o.queue_id)
+)
+# Settling: wait for the rows (in key order, so that two settles never wait on each other).
+_lock_progress = (
+    select(o.topic, o.queue_id)
+    .where(
+        o.consumer_group == bindparam("group"),
+        o.client_id == bindparam("client"),
+        tuple_(o.topic, o.queue_id).in_(bindparam("keys", expanding=True)),
     )
+    .order_by(o.topic, o.queue_id)
+    .with_for_update()
 )
 
 _first_since = select(func.min(m.queue_offset)).where(
@@ -197,6 +219,9 @@ _messages_from = Prepared(
 
 
 class ProgressPart(SqlPart):
+    # PostgreSQL: the progress rows this unit's advances found held, with when (see the module).
+    held_progress: dict[ProgressKey, int]
+
     def progress_overview(
         self, group: str, topics: Sequence[str], client_id: str
     ) -> list[tuple[QueueInfo, QueueProgress | None]]:
@@ -264,15 +289,13 @@ class ProgressPart(SqlPart):
             ],
         )
 
-    def advance_committed(self, keys: Sequence[tuple[str, str, int, str]], at: int) -> None:
+    def advance_committed(self, keys: Sequence[ProgressKey], at: int) -> None:
         """Move the committed offset of each (group, topic, queue, client) to its oldest open
-        offset (else its pull offset).  PostgreSQL: a row another broker holds right now is left
-        to it (it advances the offset itself, or the next ack or receive does); an offset behind
-        is safe, it only redelivers."""
-        by_member: dict[tuple[str, str], list[tuple[str, int]]] = {}
-        for group, topic, queue_id, client in sorted(set(keys)):
-            by_member.setdefault((group, client), []).append((topic, queue_id))
-        for (group, client), queue_keys in by_member.items():
+        offset (else its pull offset).  PostgreSQL: a row another unit holds right now is not
+        waited for here (a unit never waits for a progress row while it holds deliveries); it is
+        noted in :attr:`held_progress`, for the claims runner to settle once this unit has
+        committed -- the holder's own reading may predate this unit's acks."""
+        for (group, client), queue_keys in _by_member(keys).items():
             if self._postgres:
                 topics, queue_ids = (list(column) for column in zip(*queue_keys, strict=True))
                 params = {
@@ -282,10 +305,27 @@ class ProgressPart(SqlPart):
                     "b_queue_ids": queue_ids,
                     "b_at": at,
                 }
-                _advance_queues_unless_held.rowcount(self.conn, params)
+                moved = {
+                    (r["topic"], r["queue_id"])
+                    for r in _advance_queues_unless_held.all(self.conn, params)
+                }
+                for topic, queue_id in queue_keys:
+                    if (topic, queue_id) not in moved:
+                        self.held_progress[(group, topic, queue_id, client)] = at
                 continue
             params = {"b_group": group, "b_client": client, "b_keys": queue_keys, "b_at": at}
             self.conn.execute(_advance_queues, params)
+
+    def settle_progress(self, held: Mapping[ProgressKey, int]) -> None:
+        """Move the committed offsets an earlier unit found held, in a transaction of their own
+        after that unit committed: wait for each row (the holder's commit), then move it in a
+        statement of its own, whose snapshot sees the holder's acks and the earlier unit's."""
+        at = max(held.values(), default=0)
+        for (group, client), queue_keys in _by_member(held).items():
+            params = {"group": group, "client": client, "keys": queue_keys}
+            self.conn.execute(_lock_progress, params)
+            moved = {"b_group": group, "b_client": client, "b_keys": queue_keys, "b_at": at}
+            self.conn.execute(_advance_queues, moved)
 
     def lock_candidates(
         self, group: str, topics: Sequence[str], client_id: str
@@ -331,3 +371,11 @@ class ProgressPart(SqlPart):
     ) -> list[StoredMessage]:
         params = {"topic": topic, "queue": queue_id, "offset": offset, "limit": limit}
         return [rows.stored_message(r) for r in _messages_from.all(self.conn, params)]
+
+
+def _by_member(keys: Iterable[ProgressKey]) -> dict[tuple[str, str], list[tuple[str, int]]]:
+    """Progress keys as (topic, queue) lists per (group, client), all in key order."""
+    by_member: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for group, topic, queue_id, client in sorted(set(keys)):
+        by_member.setdefault((group, client), []).append((topic, queue_id))
+    return by_member

@@ -94,6 +94,7 @@ class SqlTx(
         # Transactions (with their halves) looked up ahead for the units of a batch; each is
         # used once, so that a second look at the same transaction asks the store again.
         self._read_ahead: dict[str, dict[str, Any] | None] = {}
+        self.held_progress = {}
 
     # -- buffers --------------------------------------------------------------------------------
 
