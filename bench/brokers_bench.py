@@ -1,16 +1,18 @@
 """Brokers 1 -> 2 -> 3 on one PostgreSQL: transactions/s and checks/s through the framework's
 producers and their broker list, and one of three brokers SIGKILLed under check load.
 
-    python bench/brokers_bench.py [--brokers 1,2,3] [--seconds 10] [--threads 12]
-                                  [--halves 2000] [--kill-halves 1500]
+    python bench/brokers_bench.py [--brokers 1,2,3] [--seconds 10] [--threads 12] [--producers 6]
+                                  [--linger-ms MS] [--halves 2000] [--kill-halves 1500]
 
 For each broker count, on a fresh schema of the machine's PostgreSQL (``HALFMQ_BENCH_PG``,
 default 127.0.0.1:5432/test), the brokers run as real processes (``b0``, ``b1``, ...):
 
 1. **transactions/s** -- ``--threads`` threads send in transaction (a half, a local COMMIT, a
-   commit: two requests) through framework producers, one per broker, each given the broker list
-   rotated so that it starts on a different broker (a client sticks to the first broker that
-   answers): the load spreads over the brokers and each producer still fails over.  Counted: the
+   commit) through ``--producers`` framework producers, each given the broker list rotated so that
+   producer n starts on broker n mod N (a client sticks to the first broker that answers): the load
+   spreads over the brokers and each producer still fails over.  The clients are the same whatever
+   N; a producer gathers its threads' halves and decisions into shared requests
+   (``batch_linger_ms``, the framework's default unless ``--linger-ms``).  Counted: the
    transactions acknowledged COMMITTED in ``--seconds`` after a 2 s warm-up.
 2. **checks/s** -- ``--halves`` halves are sent with a local UNKNOW (by the check endpoint's own
    producer) and left not yet due (transaction time-out 1 h); one UPDATE of ``next_check_at`` then
@@ -170,14 +172,33 @@ class TxRate:
     cores: Cores
 
 
-def transactions_rate(fleet: Fleet, threads: int, seconds: float) -> TxRate:
-    """Transactions (half + commit) acknowledged a second, from ``threads`` threads over one
-    producer per broker (broker lists rotated)."""
-    producers = [
-        TransactionProducer(
-            LOAD_GROUP, brokers=fleet.rotated(n), client_id=f"load-{n}", check=CheckMode.none()
+def load_producer(
+    brokers: list[str], client_id: str, linger_ms: float | None
+) -> TransactionProducer:
+    """A producer of the load (no checks); ``linger_ms`` None: the framework's default."""
+    if linger_ms is None:
+        return TransactionProducer(
+            LOAD_GROUP, brokers=brokers, client_id=client_id, check=CheckMode.none()
         )
-        for n in range(len(fleet.brokers))
+    return TransactionProducer(
+        LOAD_GROUP,
+        brokers=brokers,
+        client_id=client_id,
+        check=CheckMode.none(),
+        batch_linger_ms=linger_ms,
+    )
+
+
+def transactions_rate(
+    fleet: Fleet, threads: int, producers_count: int, seconds: float, linger_ms: float | None
+) -> TxRate:
+    """Transactions (half + commit) acknowledged a second, from ``threads`` threads over
+    ``producers_count`` producers -- the same clients whatever the number of brokers, so that only
+    the brokers change (a producer gathers its threads' calls into shared requests) -- producer
+    ``n`` starting on broker ``n mod brokers``."""
+    producers = [
+        load_producer(fleet.rotated(n % len(fleet.brokers)), f"load-{n}", linger_ms)
+        for n in range(producers_count)
     ]
     for producer in producers:
         producer.execute_local_transaction(TOPIC)(
@@ -398,6 +419,14 @@ def main() -> int:
     parser.add_argument("--brokers", default="1,2,3")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=12)
+    parser.add_argument(
+        "--producers", type=int, default=6, help="framework producers the threads share"
+    )
+    parser.add_argument(
+        "--linger-ms",
+        type=float,
+        help="the producers' batch_linger_ms (default: the framework's; 0: a request per call)",
+    )
     parser.add_argument("--halves", type=int, default=2000)
     parser.add_argument("--kill-halves", type=int, default=1500)
     parser.add_argument("--no-kill", action="store_true")
@@ -413,7 +442,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="halfmq-brokers-") as scratch:
         for count in counts_of:
             with fresh_schema() as url, running(url, count, Path(scratch)) as fleet:
-                tx = transactions_rate(fleet, args.threads, args.seconds)
+                tx = transactions_rate(
+                    fleet, args.threads, args.producers, args.seconds, args.linger_ms
+                )
                 checks = check_rate(fleet, url, args.halves)
             rows.append((count, tx, checks))
             print(
@@ -428,7 +459,9 @@ def main() -> int:
 
     base_tx, base_checks = rows[0][1].rate, rows[0][2].rate
     print(
-        f"\n{args.threads} threads over one producer per broker; {args.halves} halves checked; "
+        f"\n{args.threads} threads over {args.producers} producers (batch_linger_ms "
+        f"{'default' if args.linger_ms is None else f'{args.linger_ms:g}'}); "
+        f"{args.halves} halves checked; "
         f"cores: brokers / load and check endpoint / PostgreSQL (whole server) = total"
     )
     print(
