@@ -23,6 +23,7 @@ import orjson
 import pytest
 
 from framework import (
+    AsyncPushConsumer,
     AsyncTransactionProducer,
     CheckMode,
     Credentials,
@@ -633,3 +634,43 @@ def test_concurrent_acks_share_requests_and_every_message_is_acked_once(
                             json={"client_id": "check", "wait_seconds": 0}).json()  # fmt: skip
     assert again["messages"] == []
     assert sorted(seen, key=int) == [str(n) for n in range(60)]
+
+
+async def test_async_concurrent_acks_share_requests_and_every_message_is_acked_once(
+    ainproc: InProcessBroker,
+) -> None:
+    async with ainproc.async_client() as client:
+        batch = [{"body": str(n)} for n in range(40)]
+        await client.post("/v1/topics/transfers/messages:batch", json={"messages": batch})
+    recorder = AsyncRecorder(ainproc.async_transport)
+    consumer = AsyncPushConsumer(
+        "smith-bank", brokers=[ainproc.url], transport=recorder, consume_from="FIRST_OFFSET",
+        concurrency=8, wait_seconds=0.5, invisible_seconds=2, batch_linger_ms=20,
+    )  # fmt: skip
+    seen: list[str] = []
+
+    @consumer.subscribe("transfers")
+    async def handle(message: Message) -> None:
+        await asyncio.sleep(0.01)
+        seen.append(message.text)
+
+    await consumer.start()
+    try:
+        for _ in range(600):
+            if len(seen) >= 40:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await consumer.shutdown()
+    acks = recorder.bodies("/v1/consumer-groups/smith-bank/ack")
+    assert sorted(h for ack in acks for h in ack["receipt_handles"]) == sorted(
+        {h for ack in acks for h in ack["receipt_handles"]}
+    )
+    assert sum(len(ack["receipt_handles"]) for ack in acks) == 40
+    assert len(acks) < 40  # some acks of several workers went in one request
+    await asyncio.sleep(2.5)  # past the invisibility: an unacked message would come again
+    async with ainproc.async_client() as client:
+        again = await client.post("/v1/consumer-groups/smith-bank/receive",
+                                  json={"client_id": "check", "wait_seconds": 0})  # fmt: skip
+    assert again.json()["messages"] == []
+    assert sorted(seen, key=int) == [str(n) for n in range(40)]
