@@ -71,6 +71,17 @@ def ledger_sources(pairs: list[str], config_file: Path | None) -> tuple[LedgerSo
     return tuple(sources)
 
 
+def spark_settings(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--conf KEY=VALUE`` pairs, in the order given (a later one wins)."""
+    settings = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--conf wants KEY=VALUE, got {pair!r}")
+        settings.append((key.strip(), value))
+    return tuple(settings)
+
+
 def _store_url(database_url: str | None) -> str:
     if database_url:
         return database_url
@@ -116,11 +127,30 @@ def reconcile(
     as_of: Annotated[
         str | None, typer.Option(help="Judge ages at this time (default: now)")
     ] = None,
-    master: Annotated[str | None, typer.Option(help="Spark master (default local[*])")] = None,
+    master: Annotated[
+        str | None, typer.Option(help="Spark master: spark://HOST:7077, ... (default local[*])")
+    ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPARK_REMOTE",
+            help="A Spark Connect server, sc://HOST:15002, runs the job (instead of --master)",
+        ),
+    ] = None,
+    conf: Annotated[
+        list[str] | None,
+        typer.Option("--conf", help="KEY=VALUE Spark setting, as spark-submit's (repeat)"),
+    ] = None,
     jars: Annotated[list[str] | None, typer.Option(help="Extra JDBC driver jars")] = None,
     jdbc_partitions: Annotated[int, typer.Option(help="Parallel reads per big table")] = 8,
+    jdbc_fetch_size: Annotated[
+        int, typer.Option(help="Rows per round trip of each JDBC read (its memory)")
+    ] = 10_000,
     shuffle_partitions: Annotated[int, typer.Option(help="spark.sql.shuffle.partitions")] = 16,
-    driver_memory: Annotated[str, typer.Option(help="spark.driver.memory (local)")] = "4g",
+    driver_memory: Annotated[
+        str,
+        typer.Option(help="spark.driver.memory when this process runs the driver (not --remote)"),
+    ] = "4g",
     console_url: Annotated[
         str | None,
         typer.Option(
@@ -140,6 +170,7 @@ def reconcile(
     from spark_reconcile.jdbc import MissingDriverError
     from spark_reconcile.job import run, session_for
     from spark_reconcile.report import totals_line
+    from spark_reconcile.session import UnreachableServerError, release
 
     try:
         config = ReconcileConfig(
@@ -157,13 +188,16 @@ def reconcile(
             look_back_ms=parse_duration(look_back),
             as_of=parse_as_of(as_of),
             master=master or "",
+            remote=remote or "",
+            spark_conf=spark_settings(conf or []),
             jdbc_partitions=jdbc_partitions,
+            jdbc_fetch_size=jdbc_fetch_size,
             shuffle_partitions=shuffle_partitions,
             jars=tuple(jars or ()),
             console_url=console_url,
         )
         spark = session_for(config, driver_memory)
-    except (MissingDriverError, ValueError) as exc:
+    except (MissingDriverError, UnreachableServerError, ValueError) as exc:
         err.print(f"[red]cannot reconcile:[/red] {escape(str(exc))}")
         raise typer.Exit(NOT_RUN) from exc
     try:
@@ -171,6 +205,8 @@ def reconcile(
     except Exception as exc:  # the boundary: any failure must not read as "warnings" (1)
         err.print(f"[red]reconciliation failed:[/red] {escape(str(exc))}")
         raise typer.Exit(NOT_RUN) from exc
+    finally:
+        release(spark)
     out.print(
         f"{config.day}: [bold]{summary.status}[/bold] ({totals_line(summary)}); "
         f"report in {out_dir / 'report'}"

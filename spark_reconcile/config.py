@@ -119,7 +119,10 @@ class ReconcileConfig:
     look_back_ms: int = DAY_MS
     as_of: int | None = None
     master: str = ""  # "" : local[*], or what spark-submit chose
+    remote: str = ""  # sc://HOST:PORT: a Spark Connect server runs the job ("" : none)
+    spark_conf: tuple[tuple[str, str], ...] = ()  # --conf KEY=VALUE, over the job's own settings
     jdbc_partitions: int = 8
+    jdbc_fetch_size: int = 10_000  # rows per round trip of each JDBC read
     shuffle_partitions: int = 16
     jars: tuple[str, ...] = ()
     console_url: str | None = None  # the broker's base URL: the report links transactions there
@@ -127,6 +130,10 @@ class ReconcileConfig:
     def __post_init__(self) -> None:
         if (self.store_url is None) == (self.parquet is None):
             raise ValueError("give exactly one input: a store URL or a Parquet export")
+        if self.master and self.remote:
+            raise ValueError("give a Spark master or a Spark Connect server (--remote), not both")
+        if self.remote and not self.remote.startswith("sc://"):
+            raise ValueError(f"a Spark Connect server is sc://HOST:PORT, got {self.remote!r}")
         if self.console_url is not None:
             check_console_url(self.console_url)
 

@@ -17,7 +17,7 @@ from spark_reconcile.config import DAY_MS, LedgerSource, Window
 from spark_reconcile.jdbc import JdbcTarget, to_jdbc
 
 TX_STATES = ("PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED")
-FETCH_SIZE = "10000"
+FETCH_SIZE = 10_000  # rows per round trip of each JDBC read (--jdbc-fetch-size)
 
 TRANSACTION_COLUMNS = {
     "transaction_id": "string",
@@ -74,16 +74,19 @@ def _quoted(columns: Sequence[str]) -> str:
 class JdbcReader:
     """Spark's JDBC reader bound to one database."""
 
-    def __init__(self, spark: SparkSession, target: JdbcTarget, partitions: int) -> None:
+    def __init__(
+        self, spark: SparkSession, target: JdbcTarget, partitions: int, fetch_size: int = FETCH_SIZE
+    ) -> None:
         self.spark = spark
         self.target = target
         self.partitions = partitions
+        self.fetch_size = fetch_size
 
     def _options(self) -> dict[str, str]:
         return {
             "url": self.target.url,
             "driver": self.target.driver.java_class,
-            "fetchsize": FETCH_SIZE,
+            "fetchsize": str(self.fetch_size),
             **self.target.properties,
         }
 
@@ -126,9 +129,13 @@ class JdbcReader:
 
 
 def store_from_jdbc(
-    spark: SparkSession, store_url: str, window: Window, partitions: int
+    spark: SparkSession,
+    store_url: str,
+    window: Window,
+    partitions: int,
+    fetch_size: int = FETCH_SIZE,
 ) -> StoreFrames:
-    reader = JdbcReader(spark, to_jdbc(store_url), partitions)
+    reader = JdbcReader(spark, to_jdbc(store_url), partitions, fetch_size)
     return StoreFrames(
         transactions=_typed(_jdbc_transactions(reader, window), TRANSACTION_COLUMNS),
         messages=_typed(_jdbc_messages(reader, window), MESSAGE_COLUMNS),
@@ -258,14 +265,19 @@ def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreF
 
 
 def read_ledger(
-    spark: SparkSession, source: LedgerSource, window: Window, partitions: int
+    spark: SparkSession,
+    source: LedgerSource,
+    window: Window,
+    partitions: int,
+    fetch_size: int = FETCH_SIZE,
 ) -> DataFrame:
     """One bank's ledger rows of the window as bank, business_id, account_id, amount (>= 0),
     direction (DEBIT | CREDIT), created_at."""
     if source.parquet_path is not None:
         raw = _exported_ledger(spark, source, source.parquet_path, window)
     else:
-        raw = _jdbc_ledger(JdbcReader(spark, to_jdbc(source.url), partitions), source, window)
+        reader = JdbcReader(spark, to_jdbc(source.url), partitions, fetch_size)
+        raw = _jdbc_ledger(reader, source, window)
     amount = F.col("amount").cast("long")
     if source.direction_column:
         side = F.when(F.col("direction") == source.debit_value, "DEBIT").when(
@@ -314,9 +326,13 @@ def _exported_ledger(
 
 
 def read_ledgers(
-    spark: SparkSession, sources: Sequence[LedgerSource], window: Window, partitions: int
+    spark: SparkSession,
+    sources: Sequence[LedgerSource],
+    window: Window,
+    partitions: int,
+    fetch_size: int = FETCH_SIZE,
 ) -> DataFrame | None:
-    frames = [read_ledger(spark, s, window, partitions) for s in sources]
+    frames = [read_ledger(spark, s, window, partitions, fetch_size) for s in sources]
     if not frames:
         return None
     ledger = frames[0]

@@ -15,7 +15,7 @@ from spark_reconcile.config import ReconcileConfig
 from spark_reconcile.detect import detect
 from spark_reconcile.jdbc import MissingDriverError, driver_for, find_jars
 from spark_reconcile.report import write_report
-from spark_reconcile.session import build_session
+from spark_reconcile.session import build_session, is_connect
 from spark_reconcile.summary import Summary
 
 ROWS_PER_KIND = 1000  # the report lists every anomaly up to this many of a kind (Parquet: all)
@@ -24,7 +24,8 @@ TREND_DAYS = 30
 
 def session_for(config: ReconcileConfig, driver_memory: str | None = "4g") -> SparkSession:
     """The run's session, with the JDBC drivers of its databases; a run that reads only Parquet
-    (``--parquet`` and ``parquet:`` ledgers) needs no driver jar at all."""
+    (``--parquet`` and ``parquet:`` ledgers) needs no driver jar at all.  A classic session is
+    checked to load them; a Connect client uploads them to its server."""
     urls = [s.url for s in config.ledgers if s.parquet_path is None]
     if config.store_url is not None:
         urls.append(config.store_url)
@@ -35,7 +36,11 @@ def session_for(config: ReconcileConfig, driver_memory: str | None = "4g") -> Sp
         jars=jars,
         shuffle_partitions=config.shuffle_partitions,
         driver_memory=driver_memory,
+        remote=config.remote or None,
+        conf=config.spark_conf,
     )
+    if is_connect(spark):  # the jars went up with the session: no JVM here to ask
+        return spark
     missing = [d for d in drivers if not _loadable(spark, d.java_class)]
     if missing:
         raise MissingDriverError(
@@ -66,11 +71,15 @@ def _source(config: ReconcileConfig) -> str:
 def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = None) -> Summary:
     window = config.window
     if config.store_url is not None:
-        store = extract.store_from_jdbc(spark, config.store_url, window, config.jdbc_partitions)
+        store = extract.store_from_jdbc(
+            spark, config.store_url, window, config.jdbc_partitions, config.jdbc_fetch_size
+        )
     else:
         assert config.parquet is not None
         store = extract.store_from_parquet(spark, config.parquet, window)
-    ledger = extract.read_ledgers(spark, config.ledgers, window, config.jdbc_partitions)
+    ledger = extract.read_ledgers(
+        spark, config.ledgers, window, config.jdbc_partitions, config.jdbc_fetch_size
+    )
     kept: list[DataFrame] = []
 
     def keep(df: DataFrame) -> DataFrame:
