@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +160,36 @@ def answered_checks(fleet: Fleet) -> list[float]:
     return counts
 
 
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What the brokers did, summed over the live ones (``/metrics``): HTTP requests answered,
+    group commits of their writers, and units of work those commits carried."""
+
+    requests: float = 0.0
+    commits: float = 0.0
+    units: float = 0.0
+
+    def __sub__(self, other: Work) -> Work:
+        return Work(
+            self.requests - other.requests, self.commits - other.commits, self.units - other.units
+        )
+
+
+def work_done(fleet: Fleet) -> Work:
+    requests = commits = units = 0.0
+    for broker in fleet.brokers:
+        if not broker.alive:
+            continue
+        for line in httpx.get(f"{broker.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith("halfmq_request_seconds_count{"):
+                requests += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("halfmq_store_commits "):
+                commits += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("halfmq_store_units "):
+                units += float(line.rsplit(" ", 1)[1])
+    return Work(requests, commits, units)
+
+
 # -- 1. transactions/s ----------------------------------------------------------------------------
 
 
@@ -170,6 +200,15 @@ class TxRate:
     p99_ms: float
     errors: int
     cores: Cores
+    work: Work  # in the measured window
+    count: int
+
+    @property
+    def per_transaction(self) -> str:
+        """HTTP requests and group commits per transaction, units per commit."""
+        w, n = self.work, max(self.count, 1)
+        units = w.units / w.commits if w.commits else float("nan")
+        return f"{w.requests / n:.2f} / {w.commits / n:.2f} / {units:.1f}"
 
 
 def load_producer(
@@ -231,10 +270,14 @@ def transactions_rate(
         worker.start()
     try:
         time.sleep(WARM_UP)
-        window = CpuWindow(fleet)
+        # The window is from before the first scrape to after the second, so that the
+        # requests and commits counted are those of the transactions counted.
         mark = time.monotonic()
+        done_before = work_done(fleet)
+        window = CpuWindow(fleet)
         time.sleep(seconds)
         cores = window.cores()
+        in_window = work_done(fleet) - done_before
         end = time.monotonic()
     finally:
         stop.set()
@@ -246,7 +289,7 @@ def transactions_rate(
     count = len(latencies)
     p50 = latencies[count // 2] * 1000 if count else float("nan")
     p99 = latencies[min(count - 1, int(count * 0.99))] * 1000 if count else float("nan")
-    return TxRate(count / (end - mark), p50, p99, errors[0], cores)
+    return TxRate(count / (end - mark), p50, p99, errors[0], cores, in_window, count)
 
 
 # -- 2. checks/s ----------------------------------------------------------------------------------
@@ -403,6 +446,59 @@ def kill_run(fleet: Fleet, url: str, halves: int) -> KillRun:
 # -- the report -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Row:
+    brokers: int
+    idle: Cores
+    tx: TxRate
+    checks: CheckRun
+
+
+def idle_cores(fleet: Fleet, seconds: float = 3.0) -> Cores:
+    """What the brokers use doing nothing asked of them (their schedulers' rounds, beats)."""
+    window = CpuWindow(fleet)
+    time.sleep(seconds)
+    return window.cores()
+
+
+def rates_table(rows: Sequence[Row]) -> None:
+    """Rates, each as a ratio to one broker's (the first row if no row has one broker), and
+    the brokers' CPU per operation: on a machine whose cores are all busy anyway, that (not the
+    rate) says what one more broker costs."""
+    base = next((r for r in rows if r.brokers == 1), rows[0])
+    print(
+        "| brokers | idle cores of the brokers | transactions/s | x 1 | p50 / p99 ms "
+        "| broker CPU ms / transaction | requests / commits per transaction, units per commit "
+        "| checks/s | x 1 | checks per broker "
+        "| broker CPU ms / check | cores, transactions | cores, checks |"
+    )
+    print("|---" * 13 + "|")
+    for r in rows:
+        tx, checks = r.tx, r.checks
+        per_broker = " / ".join(f"{n:.0f}" for n in checks.per_broker)
+        print(
+            f"| {r.brokers} | {r.idle.brokers:.2f} | {tx.rate:.0f} | {tx.rate / base.tx.rate:.2f} "
+            f"| {tx.p50_ms:.0f} / {tx.p99_ms:.0f} | {tx.cores.brokers / tx.rate * 1000:.1f} "
+            f"| {tx.per_transaction} "
+            f"| {checks.rate:.0f} | {checks.rate / base.checks.rate:.2f} | {per_broker} "
+            f"| {checks.cores.brokers / checks.rate * 1000:.1f} | {tx.cores} | {checks.cores} |"
+        )
+    print(
+        "cores: the brokers / this process (the load, the check endpoint) / PostgreSQL (the "
+        "whole server, whoever uses it) = total"
+    )
+
+
+def counts_table(rows: Sequence[Row], halves: int) -> None:
+    print(
+        "| brokers | halves checked | resolved twice | checked at once (store / endpoint) "
+        "| checked again | wrong | unresolved |"
+    )
+    print("|---" * 7 + "|")
+    for r in rows:
+        print(f"| {r.brokers} | {halves} | {counts(r.checks.audit, r.checks.at_once_endpoint)} |")
+
+
 def counts(result: Audit, at_once_endpoint: int) -> str:
     return (
         f"{len(result.resolved_twice)} | {len(result.checked_at_once)} / {at_once_endpoint} "
@@ -438,15 +534,16 @@ def main() -> int:
         f"check interval {TIMES.interval:g} s, check time-out {TIMES.timeout:g} s: "
         f"claims expire after {TIMES.claim_expiry:g} s"
     )
-    rows: list[tuple[int, TxRate, CheckRun]] = []
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="halfmq-brokers-") as scratch:
         for count in counts_of:
             with fresh_schema() as url, running(url, count, Path(scratch)) as fleet:
+                idle = idle_cores(fleet)
                 tx = transactions_rate(
                     fleet, args.threads, args.producers, args.seconds, args.linger_ms
                 )
                 checks = check_rate(fleet, url, args.halves)
-            rows.append((count, tx, checks))
+            rows.append(Row(count, idle, tx, checks))
             print(
                 f"{count} broker(s): {tx.rate:.0f} transactions/s, {checks.rate:.0f} checks/s "
                 f"(load average {load_average()})",
@@ -457,28 +554,15 @@ def main() -> int:
             with fresh_schema() as url, running(url, 3, Path(scratch)) as fleet:
                 killed = kill_run(fleet, url, args.kill_halves)
 
-    base_tx, base_checks = rows[0][1].rate, rows[0][2].rate
     print(
         f"\n{args.threads} threads over {args.producers} producers (batch_linger_ms "
         f"{'default' if args.linger_ms is None else f'{args.linger_ms:g}'}); "
-        f"{args.halves} halves checked; "
-        f"cores: brokers / load and check endpoint / PostgreSQL (whole server) = total"
+        f"{args.halves} halves checked"
     )
-    print(
-        "| brokers | transactions/s | x 1 | p50 / p99 ms | checks/s | x 1 | checks per broker "
-        "| resolved twice | checked at once (store / endpoint) | checked again | wrong "
-        "| unresolved | cores, transactions | cores, checks |"
-    )
-    print("|---" * 14 + "|")
-    for count, tx, checks in rows:
-        per_broker = " / ".join(f"{n:.0f}" for n in checks.per_broker)
-        print(
-            f"| {count} | {tx.rate:.0f} | {tx.rate / base_tx:.2f} | {tx.p50_ms:.0f} / "
-            f"{tx.p99_ms:.0f} | {checks.rate:.0f} | {checks.rate / base_checks:.2f} "
-            f"| {per_broker} | {counts(checks.audit, checks.at_once_endpoint)} "
-            f"| {tx.cores} | {checks.cores} |"
-        )
-    bad = sum(not checks.audit.ok or checks.at_once_endpoint for _, _, checks in rows)
+    rates_table(rows)
+    print()
+    counts_table(rows, args.halves)
+    bad = sum(not row.checks.audit.ok or row.checks.at_once_endpoint for row in rows)
     if killed is not None:
         k = killed
         low, high = k.orphans_after_expiry

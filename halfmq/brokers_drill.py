@@ -183,24 +183,34 @@ class Fleet:
             broker.stop()
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), from /proc/<pid>/stat; 0 once it is gone."""
+def process_cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat; with ``reaped``,
+    also its children's that exited and were waited for; 0 once it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0
     fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def postgres_cpu_seconds() -> float:
-    """CPU of every ``postgres`` process on the machine: the whole server, whoever its clients."""
+    """CPU of the machine's PostgreSQL server, whoever its clients: every live ``postgres``
+    process, and the backends that already exited (counted in the postmaster's reaped
+    children's time), so the figure only grows as connections come and go."""
     total = 0.0
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 if (entry / "comm").read_text().strip() == "postgres":
-                    total += process_cpu_seconds(int(entry.name))
+                    stat = (entry / "stat").read_text()
+                    parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    for pid, parent in parents.items():
+        total += process_cpu_seconds(pid, reaped=parent not in parents)
     return total
 
 
