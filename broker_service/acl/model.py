@@ -33,6 +33,10 @@ class Perm(Flag):
     PUB = 1
     SUB = 2
 
+    # Members (and Flag's combined values) are singletons compared by identity: hashed by it too,
+    # in C, rather than by Enum's Python-level __hash__ (a Need is hashed on every request).
+    __hash__ = object.__hash__
+
     @classmethod
     def parse(cls, text: str) -> Perm:
         """``DENY``, ``PUB``, ``SUB``, ``PUB|SUB`` (or ``SUB|PUB``) and ``ANY`` (both)."""
@@ -67,6 +71,8 @@ class NeedKind(StrEnum):
     ADMIN = "ADMIN"
     TOPIC = "TOPIC"
     GROUP = "GROUP"
+
+    __hash__ = str.__hash__  # the string's own hash, in C (as Perm's)
 
 
 class Need(NamedTuple):

@@ -42,7 +42,7 @@ from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
 from broker_service.acl.model import AclConfig, Need
 from broker_service.acl.runtime import AclRuntime
-from broker_service.acl.signature import body_sha256, signed_fields, verify_fields
+from broker_service.acl.signature import body_sha256, verify_raw
 from broker_service.api.errors import envelope
 from broker_service.api.permissions import BY_PATH, Ask, TransactionGuard, public, rule_for
 
@@ -242,15 +242,15 @@ class AclGate:
         acl = self.acl
         assert acl is not None
         raw_path = scope.get("raw_path") or scope["path"].encode()
-        signed = verify_fields(
-            signed_fields(scope["headers"]),
+        signed = verify_raw(
+            scope["headers"],
             scope["method"],
             raw_path.decode("latin-1"),
             scope.get("query_string", b"").decode("latin-1"),
             body_sha256(body),
-            int(time.time() * 1000),
+            time.time_ns() // 1_000_000,
             acl.config.secret_for,
-            window_ms=acl.window_ms,
+            acl.window_ms,
         )
         nonce = nonces.RequestNonce(signed.access_key, signed.nonce, signed.timestamp_ms)
         return signed.access_key, nonce
