@@ -310,8 +310,9 @@ class Audit:
     ``resolved_twice``: more than one op record, or (committed) more than one real message, or
     (rolled back) any; ``checked_at_once``: two of its checks overlapped in time (only two brokers
     holding one half's claim at once can do that); ``checked_again``: more than one check answered
-    COMMIT or ROLLBACK (a broker died after asking, before resolving); ``wrong``: resolved otherwise
-    than the producer's database says; ``unresolved``: still PREPARED (or DISCARDED), or missing."""
+    COMMIT or ROLLBACK (a broker died after asking, before resolving); ``check_failed``: a check
+    got no answer in time (the half is rightly asked again); ``wrong``: resolved otherwise than the
+    producer's database says; ``unresolved``: still PREPARED (or DISCARDED), or missing."""
 
     halves: int = 0
     states: Counter[str] = field(default_factory=Counter)
@@ -321,6 +322,7 @@ class Audit:
     wrong: list[str] = field(default_factory=list)
     checked_at_once: list[str] = field(default_factory=list)
     checked_again: list[str] = field(default_factory=list)
+    check_failed: list[str] = field(default_factory=list)  # a check timed out or erred: asked again
     checks: int = 0  # CHECKED events (each a check that reached the endpoint, or failed)
     first_check_ms: float | None = None  # the first check's start
     last_resolved_ms: int | None = None
@@ -384,13 +386,15 @@ def audit(url: str, transaction_ids: Iterable[str]) -> Audit:
             result.resolved_twice.append(txid)
         if txid in bodies and record.state != expected_state(bodies[txid]):
             result.wrong.append(txid)
-        spans, answered = checks.get(txid, ([], 0))
-        result.checks += len(spans)
-        if overlapping(spans):
+        half = checks.get(txid, HalfChecks())
+        result.checks += len(half.spans)
+        if overlapping(half.spans):
             result.checked_at_once.append(txid)
-        if answered > 1:
+        if half.answered > 1:
             result.checked_again.append(txid)
-        for span in spans:
+        if half.failed:
+            result.check_failed.append(txid)
+        for span in half.spans:
             if result.first_check_ms is None or span.begin < result.first_check_ms:
                 result.first_check_ms = span.begin
     if result.resolved_at:
@@ -398,11 +402,19 @@ def audit(url: str, transaction_ids: Iterable[str]) -> Audit:
     return result
 
 
-def _checks(conn: Connection, msg_ids: set[str]) -> dict[str, tuple[list[Interval], int]]:
-    """Per half: its push checks' spans (from each ``CHECKED`` event's time, when the broker
-    recorded the outcome, back by the push's latency), and how many were answered with a
-    decision."""
-    found: dict[str, tuple[list[Interval], int]] = defaultdict(lambda: ([], 0))
+@dataclass
+class HalfChecks:
+    """One half's checks, from the brokers' ``CHECKED`` events: each push's span (the event's
+    time, when the broker recorded the outcome, back by the push's latency), how many were
+    answered with a decision, how many failed (no answer in time, an error status)."""
+
+    spans: list[Interval] = field(default_factory=list)
+    answered: int = 0
+    failed: int = 0
+
+
+def _checks(conn: Connection, msg_ids: set[str]) -> dict[str, HalfChecks]:
+    found: dict[str, HalfChecks] = defaultdict(HalfChecks)
     query = select(trace_events.c.msg_id, trace_events.c.at, trace_events.c.detail).where(
         trace_events.c.event == "CHECKED"
     )
@@ -410,14 +422,14 @@ def _checks(conn: Connection, msg_ids: set[str]) -> dict[str, tuple[list[Interva
         if row.msg_id not in msg_ids or row.detail is None:
             continue
         detail = orjson.loads(row.detail)
-        txid = str(detail.get("transaction_id"))
-        spans, answered = found[txid]
+        half = found[str(detail.get("transaction_id"))]
         latency = detail.get("latency_ms")
         if latency is not None:
-            spans.append(Interval(row.at - latency, row.at))
+            half.spans.append(Interval(row.at - latency, row.at))
         if detail.get("answer") in ("COMMIT", "ROLLBACK"):
-            answered += 1
-        found[txid] = (spans, answered)
+            half.answered += 1
+        if detail.get("failure") is not None:
+            half.failed += 1
     return found
 
 

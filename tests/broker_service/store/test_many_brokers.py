@@ -141,7 +141,8 @@ def test_three_brokers_one_killed_every_half_resolved_once_by_the_store(
         wait_until(lambda: _resolved(pg_url) >= 30, 30, "checks resolving halves")
 
         killed_ms, orphans = _kill_holding_claims(fleet, endpoint, pg_url)
-        time.sleep(1.0)  # sends after the kill fail over to b1
+        sent_at_kill = len(producing.sent)
+        wait_until(lambda: len(producing.sent) > sent_at_kill + 5, 30, "sends after the kill")
         producing.stop()
         assert not fleet.brokers[0].alive
         assert all(broker.alive for broker in fleet.brokers[1:])
@@ -167,6 +168,7 @@ def test_three_brokers_one_killed_every_half_resolved_once_by_the_store(
     # None lost: every acknowledged half is in the store, and nothing stored is left open.
     sent = set(producing.sent)
     assert len(sent) >= 30
+    # (The producer's first broker was b0: its sends after the kill went on through b1.)
     assert sent <= stored
     assert result.unresolved == []
     assert result.states.keys() <= {"COMMITTED", "ROLLED_BACK"}
@@ -179,10 +181,12 @@ def test_three_brokers_one_killed_every_half_resolved_once_by_the_store(
     assert result.checked_at_once == []
     at_once, again = endpoint_overlaps(calls)
     assert at_once == []
-    # Both survivors checked; a half was asked twice only because b0 died holding its claim.
+    # Both survivors checked; a half was asked twice only because b0 died holding its claim (or,
+    # on a starved machine, because a check got no answer within the time-out: then asked again).
     assert all(count > 0 for count in answered), answered
-    assert set(again) <= orphans.keys()
-    assert set(result.checked_again) <= orphans.keys()
+    asked_again_rightly = orphans.keys() | set(result.check_failed)
+    assert set(again) <= asked_again_rightly
+    assert set(result.checked_again) <= asked_again_rightly
     # b0's claims expired before another broker finished each of them.
     for txid, until in orphans.items():
         assert result.resolved_at[txid] >= until, f"{txid} resolved before b0's claim expired"
