@@ -9,17 +9,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_reconcile.anomalies import KINDS, SEVERITY
-
-COUNT_SCHEMA = StructType(
-    [
-        StructField("kind", StringType(), False),
-        StructField("severity", StringType(), False),
-        StructField("count", LongType(), False),
-    ]
-)
 
 
 def day_path(out: str, name: str, day: dt.date) -> str:
@@ -45,9 +36,23 @@ def samples(found: DataFrame, per_kind: int) -> dict[str, list[dict[str, Any]]]:
 
 
 def write_counts(spark: SparkSession, counts: dict[str, int], out: str, day: dt.date) -> None:
-    rows = [(kind, SEVERITY[kind], counts.get(kind, 0)) for kind in KINDS]
-    frame = spark.createDataFrame(rows, COUNT_SCHEMA).coalesce(1)
+    frame = counts_frame(spark, counts).coalesce(1)
     frame.write.mode("overwrite").parquet(day_path(out, "summary", day))
+
+
+def counts_frame(spark: SparkSession, counts: dict[str, int]) -> DataFrame:
+    """kind, severity, count of every kind, built from literals in the JVM: ``createDataFrame``
+    of Python rows has an executor start a Python worker to unpickle them (classic mode), the only
+    Python the job would run there -- without it a cluster's workers need no Python at all."""
+    rows = [
+        F.struct(
+            F.lit(kind).alias("kind"),
+            F.lit(SEVERITY[kind]).alias("severity"),
+            F.lit(counts.get(kind, 0)).cast("long").alias("count"),
+        )
+        for kind in KINDS
+    ]
+    return spark.range(1).select(F.inline(F.array(*rows)))
 
 
 def read_trend(
