@@ -10,15 +10,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from reconcile_helpers import unavailable
 
 PG_URL = os.environ.get("HALFMQ_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-def unavailable(reason: str) -> None:
-    """Skip on a developer's machine, fail in CI: CI must run every test."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: not skipping)")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import typer
 
 from spark_reconcile import cli
+from spark_reconcile.config import ReconcileConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +40,22 @@ def test_as_of_and_ledgers(tmp_path: Path) -> None:
     ]
     with pytest.raises(typer.BadParameter):
         cli.ledger_sources(["bob"], None)
+
+
+def test_spark_settings_and_where_the_job_runs() -> None:
+    assert cli.spark_settings(["spark.executor.memory=2g", "spark.x=a=b"]) == (
+        ("spark.executor.memory", "2g"),
+        ("spark.x", "a=b"),
+    )
+    for wrong in ("spark.executor.memory", "=2g"):
+        with pytest.raises(typer.BadParameter):
+            cli.spark_settings([wrong])
+    day = dt.date(2026, 11, 20)
+    with pytest.raises(ValueError, match="not both"):
+        ReconcileConfig(day, "out", parquet="x", master="spark://h:7077", remote="sc://h:15002")
+    with pytest.raises(ValueError, match=r"sc://HOST:PORT"):
+        ReconcileConfig(day, "out", parquet="x", remote="h:15002")
+    assert ReconcileConfig(day, "out", parquet="x", remote="sc://h:15002").remote == "sc://h:15002"
 
 
 def test_reconcile_without_pyspark_says_what_to_install() -> None:
