@@ -3,7 +3,9 @@ secret in an answer."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
+
+from broker_service.api.schemas.common import Strict
 
 
 class AccountOut(BaseModel):
@@ -26,11 +28,11 @@ class VersionOut(BaseModel):
     version: str
 
 
-class AccountIn(BaseModel):
+class AccountIn(Strict):
     """mqadmin updateAccessConfig: only the fields given change; a new account needs its secret."""
 
     secret_key: str | None = Field(None, min_length=7, max_length=256)
-    admin: bool | None = None
+    admin: StrictBool | None = None
     white_remote_address: str | None = Field(None, description="'' removes it")
     default_topic_perm: str | None = None
     default_group_perm: str | None = None
@@ -38,5 +40,5 @@ class AccountIn(BaseModel):
     group_perms: list[str] | None = None
 
 
-class GlobalWhiteIn(BaseModel):
+class GlobalWhiteIn(Strict):
     addresses: list[str] = Field(max_length=1000)

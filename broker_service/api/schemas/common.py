@@ -73,7 +73,9 @@ def _parse_rfc3339(text: str) -> int:
 
 
 def json_number(value: Any) -> Any:
-    """JSON numbers only: pydantic's lax mode would also take true/false and "2"."""
+    """JSON numbers only: pydantic's lax mode would also take true/false and "2".  A field
+    validator (mode "before") on each number field of a body: in the field's type instead, it
+    would hide the field's bounds from the OpenAPI schema."""
     if isinstance(value, bool | str):
         raise ValueError("must be a JSON number")
     return value
@@ -137,6 +139,10 @@ Text = Annotated[Storable, Field(json_schema_extra={"pattern": TEXT_PATTERN})]
 
 
 class Strict(BaseModel):
+    """A request body: unknown fields refused.  Its numbers pass :func:`json_number` and its
+    booleans are StrictBool, as pydantic's lax mode would take true for 1 and "2" for 2
+    (tests/broker_service/api/test_body_types.py walks every body for it)."""
+
     model_config = ConfigDict(extra="forbid")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from broker_service.api.schemas.common import (
     DEFAULT_LEVEL_COUNT,
@@ -15,6 +15,7 @@ from broker_service.api.schemas.common import (
     Strict,
     Text,
     TimeIn,
+    json_number,
 )
 from broker_service.api.schemas.messages import MessageOut
 
@@ -46,7 +47,9 @@ class GroupIn(Strict):
     max_reconsume_times: int | None = Field(
         None, ge=0, le=10_000, description="Default: the broker's max_reconsume_times (16)"
     )
-    orderly: bool = False
+    orderly: StrictBool = False
+
+    _numbers = field_validator("max_reconsume_times", mode="before")(json_number)
 
 
 class GroupOut(BaseModel):
@@ -89,6 +92,10 @@ class ReceiveIn(Strict):
         0, ge=0, le=300, description="Long poll: answer as soon as a message is deliverable"
     )
 
+    _numbers = field_validator("max_messages", "invisible_seconds", "wait_seconds", mode="before")(
+        json_number
+    )
+
 
 class DeliveredOut(MessageOut):
     receipt_handle: str
@@ -119,6 +126,8 @@ class NackIn(Strict):
         "INVALID_DELAY_LEVEL); null or 0: the retry schedule (level 3 + reconsume_times)",
     )
 
+    _numbers = field_validator("delay_level", mode="before")(json_number)
+
 
 class NackOut(BaseModel):
     receipt_handle: str
@@ -131,6 +140,8 @@ class NackOut(BaseModel):
 class ChangeInvisibleIn(Strict):
     receipt_handle: Handle
     invisible_seconds: float = Field(gt=0, le=43_200)
+
+    _numbers = field_validator("invisible_seconds", mode="before")(json_number)
 
 
 class ChangeInvisibleOut(BaseModel):
