@@ -44,7 +44,14 @@ from broker_service.acl.model import AclConfig, Need
 from broker_service.acl.runtime import AclRuntime
 from broker_service.acl.signature import body_sha256, verify_raw
 from broker_service.api.errors import envelope
-from broker_service.api.permissions import BY_PATH, Ask, TransactionGuard, public, rule_for
+from broker_service.api.permissions import (
+    BY_BODY,
+    BY_PATH,
+    Ask,
+    TransactionGuard,
+    public,
+    rule_for,
+)
 
 log = logging.getLogger("halfmq.acl")
 
@@ -99,6 +106,8 @@ class _Decided:
     config: AclConfig
     asks: set[tuple[Any, ...]]  # (access key, address, *needs)
     paths: set[tuple[str, ...]]  # (method, path, access key, address) of path-only rules
+    # (rule, access key, address, *body fields) of BY_BODY rules: the commit's guard, or None
+    bodies: dict[tuple[Any, ...], TransactionGuard | None]
 
 
 class AclGate:
@@ -183,7 +192,7 @@ class AclGate:
         found = self._rules.get((method, path))
         if found is None:
             found = rule_for(method, path, public_ops=self.public_ops)
-            _remember_rule(self._rules, (method, path), found)
+            _remember_entry(self._rules, (method, path), found)
         return found
 
     def _over_rate(self, access_key: str) -> JSONResponse | None:
@@ -235,7 +244,7 @@ class AclGate:
         the memory of another (set lookups and adds are each atomic)."""
         decided = self._decided
         if decided is None or decided.config is not config:
-            decided = self._decided = _Decided(config, set(), set())
+            decided = self._decided = _Decided(config, set(), set(), {})
         return decided
 
     def _admit(self, scope: Scope, body: bytes) -> tuple[str, nonces.RequestNonce]:
@@ -280,11 +289,29 @@ class AclGate:
             return
         raw_query = scope.get("query_string", b"").decode("latin-1")
         ask = Ask(params, raw_query, body, scope["app"].state.transactions)
-        self._allowed(config, access_key, address, await rule(ask))
-        if ask.transaction_topic is not None:
-            guard = TransactionGuard(config, access_key, address, ask.transaction_topic,
-                                     ask.json_field("producer_group"), self._allowed)  # fmt: skip
+        fields = BY_BODY.get(rule)
+        if fields is None:
+            guard = await self._decide(config, access_key, address, rule, ask)
+        else:  # a half or a commit: the same few body fields request after request
+            bodies = self._decided_by(config).bodies
+            key = (rule, access_key, address, *map(ask.field_key, fields))
+            guard = bodies.get(key, _UNDECIDED)
+            if guard is _UNDECIDED:
+                guard = await self._decide(config, access_key, address, rule, ask)
+                _remember_entry(bodies, key, guard)
+        if guard is not None:
             scope.setdefault("state", {})["transaction_guard"] = guard
+
+    async def _decide(
+        self, config: AclConfig, access_key: str, address: str, rule: Any, ask: Ask
+    ) -> TransactionGuard | None:
+        """The rule's needs allowed (else :class:`AclError`), and the guard a commit's unit is to
+        check its transaction with."""
+        self._allowed(config, access_key, address, await rule(ask))
+        if ask.transaction_topic is None:
+            return None
+        return TransactionGuard(config, access_key, address, ask.transaction_topic,
+                                ask.json_field("producer_group"), self._allowed)  # fmt: skip
 
 
 def _address(scope: Scope) -> str:
@@ -292,10 +319,13 @@ def _address(scope: Scope) -> str:
     return client[0] if client else ""
 
 
-def _remember_rule(rules: dict[Any, Any], key: Any, rule: Any) -> None:
-    if len(rules) >= _ALLOWED_MAX:
-        rules.clear()
-    rules[key] = rule
+_UNDECIDED: Any = object()
+
+
+def _remember_entry(memory: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memory) >= _ALLOWED_MAX:
+        memory.clear()
+    memory[key] = value
 
 
 def _remember(allowed: set[Any], ask: Any) -> None:

@@ -75,6 +75,15 @@ class Ask:
     def has_field(self, name: str) -> bool:
         return self._fields().get(name) is not None
 
+    def field_key(self, name: str) -> object:
+        """What a rule can tell of the field: its text, None when absent or null, or
+        :data:`NOT_TEXT` -- a key for what the gate remembers (:data:`BY_BODY`)."""
+        value = self._fields().get(name)
+        return value if value is None or isinstance(value, str) else NOT_TEXT
+
+
+NOT_TEXT = object()  # a body field that is there but not a string (the route will answer 422)
+
 
 Rule = Callable[[Ask], Awaitable[list[Need]]]
 
@@ -86,6 +95,20 @@ BY_PATH: set[Rule] = set()
 def by_path(rule: Rule) -> Rule:
     BY_PATH.add(rule)
     return rule
+
+
+# Rules whose needs follow from the method, the path and the named body fields alone (no path
+# parameter, no query, no store read): the gate may remember what it allowed an account for the
+# same values of those fields (a producer names one topic and one group all day long).
+BY_BODY: dict[Rule, tuple[str, ...]] = {}
+
+
+def by_body(*names: str) -> Callable[[Rule], Rule]:
+    def register(rule: Rule) -> Rule:
+        BY_BODY[rule] = names
+        return rule
+
+    return register
 
 
 @by_path
@@ -126,6 +149,7 @@ def group_and_body_topic(perm: Perm) -> Rule:
     return rule
 
 
+@by_body("topic", "producer_group")
 async def send_half(ask: Ask) -> list[Need]:
     return [
         *_named(Need.topic, ask.json_field("topic"), PUB),
@@ -133,6 +157,7 @@ async def send_half(ask: Ask) -> list[Need]:
     ]
 
 
+@by_body("producer_group")
 async def end_transaction(ask: Ask) -> list[Need]:
     """Commit or rollback: PUB on the producer group the body names, here; PUB on the
     transaction's own group and topic as the route reads it (:class:`TransactionGuard`), before
@@ -156,7 +181,9 @@ async def read_transaction(ask: Ask) -> list[Need]:
 class TransactionGuard:
     """The needs on the transaction a commit or rollback ends -- on its own producer group and its
     topic -- checked by the resolving unit once it has read the transaction, before anything
-    else: an account without them learns neither the group nor the state."""
+    else: an account without them learns neither the group nor the state.  The gate keeps one
+    guard per account, address and named group while an ACL version is enforced, and the guard
+    remembers the (topic, group) pairs it allowed."""
 
     config: AclConfig
     access_key: str
@@ -165,8 +192,12 @@ class TransactionGuard:
     checked_group: str | None  # the group the body named, which the gate has checked already
     # ``authorize``, or the gate's, which remembers what it allowed under ``config``.
     decide: Callable[[AclConfig, str, str, list[Need]], None] = authorize
+    _allowed: set[tuple[str, str]] = field(default_factory=set, compare=False)
 
     def __call__(self, record: TransactionRecord) -> None:
+        pair = (record.topic, record.producer_group)
+        if pair in self._allowed:
+            return
         needs = [Need.topic(record.topic, self.perm)]
         if record.producer_group != self.checked_group:
             needs.append(Need.group(record.producer_group, self.perm))
@@ -174,6 +205,12 @@ class TransactionGuard:
             self.decide(self.config, self.access_key, self.address, needs)
         except AclError as error:
             raise Forbidden(error.message, code=str(error.code), **error.detail) from None
+        if len(self._allowed) >= _GUARD_MEMORY:
+            self._allowed.clear()
+        self._allowed.add(pair)  # a set's add is atomic: guards run on the writer thread
+
+
+_GUARD_MEMORY = 1024  # (topic, group) pairs a guard remembers
 
 
 def transaction_guard(state: Any) -> TransactionGuard | None:
@@ -288,6 +325,7 @@ async def find_messages(ask: Ask) -> list[Need]:
     return [Need.topic(topic, SUB)] if topic else [Need.admin()]
 
 
+@by_body("name")
 async def create_consumer_group(ask: Ask) -> list[Need]:
     """A consumer declares its own group on start (RocketMQ's autoCreateSubscriptionGroup)."""
     return _named(Need.group, ask.json_field("name"), SUB)
