@@ -244,9 +244,7 @@ def verify_raw(
     secret_for: Callable[[str], str | None],
     window_ms: int = DEFAULT_WINDOW_MS,
 ) -> SignedRequest:
-    """:func:`verify` of ASGI's raw headers: the gate's path for every signed request, so the
-    canonical request and its HMAC are written out here rather than called
-    (:func:`canonical_request` and :func:`signature_of` are the same steps, for signing)."""
+    """:func:`verify` of ASGI's raw headers: the gate's path for every signed request."""
     fields = signed_fields(raw_headers)
     if fields.checked:
         access_key, timestamp, nonce, signature = cast(Sequence[str], fields.values)
@@ -259,17 +257,10 @@ def verify_raw(
             f"access key {access_key!r} is unknown to this broker",
             {"access_key": access_key},
         )
-    query = canonical_query(raw_query) if raw_query else ""
-    canonical = (
-        f"{ALGORITHM}\n{method.upper()}\n{path}\n{query}\n{body_sha256_hex}\n{timestamp}\n"
-        f"{nonce}\n{access_key}"
+    canonical = canonical_request(
+        method, path, raw_query, body_sha256_hex, timestamp, nonce, access_key
     )
-    inner, outer = _keyed(secret)
-    digest = inner.copy()
-    digest.update(canonical.encode())
-    mac = outer.copy()
-    mac.update(digest.digest())
-    if not hmac.compare_digest(mac.hexdigest(), signature):
+    if not hmac.compare_digest(signature_of(secret, canonical), signature):
         raise AclUnauthenticated(
             AclErrorCode.SIGNATURE_INVALID,
             "the signature does not match the request: check the secret key and the canonical"
