@@ -2,9 +2,9 @@
 
 Used by ``tests/broker_service/store/test_many_brokers.py`` and ``bench/brokers_bench.py``:
 
-* :class:`Fleet` -- brokers as real processes (``python -m halfmq broker serve``) on one database,
-  each with its own ``broker_id`` (``b0``, ``b1``, ...: the name its check-back claims carry in
-  ``transactions.claimed_by``), and SIGKILL by PID;
+* :class:`Fleet` -- brokers as real processes (:class:`~halfmq.broker_process.BrokerProcess`) on
+  one database, each with its own ``broker_id`` (``b0``, ``b1``, ...: the name its check-back
+  claims carry in ``transactions.claimed_by``), and SIGKILL by PID;
 * :class:`CheckEndpoint` -- the producer group's real check endpoint: a framework
   :class:`~framework.TransactionProducer` in push mode with its built-in check server, answering
   each check from the half's body (``commit-...`` or ``rollback-...``) and logging every check it
@@ -25,10 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -36,13 +32,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import orjson
 from sqlalchemy import Connection, create_engine, select
 
 from broker_service.store.schema import messages, trace_events, transactions
 from framework import LocalTransactionState, Message, TransactionProducer
 from framework.config import CheckMode
+from halfmq.broker_process import BrokerProcess, process_cpu_seconds
 from halfmq.pg_cluster import free_port
 
 TOPIC = "many"
@@ -70,9 +66,8 @@ class CheckTimes:
         """Seconds a push claim is held: what a dead broker's claims take to expire."""
         return self.interval + 2 * self.timeout
 
-    def env(self, broker_id: str) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
         return {
-            "HALFMQ_BROKER_ID": broker_id,
             "HALFMQ_TRANSACTION_CHECK_INTERVAL_SECONDS": str(self.interval),
             "HALFMQ_CHECK_TIMEOUT_SECONDS": str(self.timeout),
             "HALFMQ_TRANSACTION_TIMEOUT_SECONDS": str(self.transaction_timeout),
@@ -83,80 +78,14 @@ class CheckTimes:
 # -- brokers as processes -------------------------------------------------------------------------
 
 
-class BrokerProc:
-    """One broker process on a free port of 127.0.0.1, named ``broker_id``; stopped by PID."""
-
-    def __init__(self, database_url: str, broker_id: str, log_path: Path, env: dict[str, str]):
-        self.database_url = database_url
-        self.broker_id = broker_id
-        self.port = free_port()
-        self.log_path = log_path
-        self.env = env
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "halfmq", "broker", "serve",
-                    "--database-url", self.database_url, "--port", str(self.port),
-                    "--host", "127.0.0.1",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env},
-            )  # fmt: skip
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive:
-                raise RuntimeError(f"broker {self.broker_id} exited: {self.tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"broker {self.broker_id} not ready after {timeout}s: {self.tail()}")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU of the process so far (all its threads), from /proc."""
-        if self.process is None:
-            return 0.0
-        return process_cpu_seconds(self.process.pid)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs, its claims stay in the store."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
 class Fleet:
     """``count`` brokers on one database, ``b0`` ... ``b{count-1}``, started together."""
 
     def __init__(self, database_url: str, count: int, workdir: Path, times: CheckTimes) -> None:
         self.brokers = [
-            BrokerProc(database_url, f"b{n}", workdir / f"b{n}.log", times.env(f"b{n}"))
+            BrokerProcess(
+                database_url, free_port(), workdir / f"b{n}.log", env=times.env(), broker_id=f"b{n}"
+            )
             for n in range(count)
         ]
 
@@ -167,7 +96,7 @@ class Fleet:
     def start(self, timeout: float = 60) -> None:
         """Start every broker at once (their start-ups overlap), then wait for each."""
         for broker in self.brokers:
-            broker.start()
+            broker.start_unready()
         for broker in self.brokers:
             broker.wait_ready(timeout)
 
@@ -180,21 +109,7 @@ class Fleet:
 
     def stop(self) -> None:
         for broker in self.brokers:
-            broker.stop()
-
-
-def process_cpu_seconds(pid: int, *, reaped: bool = False) -> float:
-    """utime + stime of a process (all its threads), from /proc/<pid>/stat; with ``reaped``,
-    also its children's that exited and were waited for; 0 once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    ticks = int(fields[11]) + int(fields[12])
-    if reaped:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
+            broker.stop(grace=15)
 
 
 def postgres_cpu_seconds() -> float:

@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +22,7 @@ from broker_service.app import build_app
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
 from broker_service.store.sql_store import SqlStore
+from halfmq.broker_process import BrokerProcess as BrokerProcess  # re-exported for the tests
 
 PG_BASE_URL = os.environ.get("HALFMQ_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -72,69 +72,6 @@ async def open_store(url: str) -> AsyncIterator[SqlStore]:
         yield store
     finally:
         store.close()
-
-
-class BrokerProcess:
-    """``python -m halfmq broker serve`` on a free port; stopped by PID."""
-
-    def __init__(self, database_url: str, port: int, log_path: Path, *extra: str) -> None:
-        self.database_url = database_url
-        self.port = port
-        self.log_path = log_path
-        self.extra = extra
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30) -> None:
-        self.start_unready()
-        assert self.process is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"broker exited with {self.process.returncode}: {self.log_path.read_text()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"broker not ready after {timeout}s: {self.log_path.read_text()}")
-
-    def start_unready(self) -> None:
-        """Start the process without waiting for it to be ready (it may refuse to be)."""
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "halfmq", "broker", "serve",
-                    "--database-url", self.database_url, "--port", str(self.port),
-                    "--host", "127.0.0.1", *self.extra,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.process = None
 
 
 class Program:
