@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from tests.support import PG_BASE_URL, BrokerApp, BrokerProcess, free_port
+from tests.support import ACL, PG_BASE_URL, BrokerApp, BrokerProcess, free_port
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -87,6 +87,22 @@ def migrated_url(store_url: str) -> str:
 async def broker(migrated_url: str) -> AsyncIterator[BrokerApp]:
     """The real broker app in this process, over an httpx ASGI transport."""
     async with BrokerApp.start(database_url=migrated_url) as running:
+        yield running
+
+
+@pytest.fixture
+def acl_file(tmp_path: Path) -> Path:
+    """``tests.support.ACL`` written as ``plain_acl.yml`` (a test may rewrite it: hot reload)."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL)
+    return path
+
+
+@pytest.fixture
+async def acl_app(migrated_url: str, acl_file: Path) -> AsyncIterator[BrokerApp]:
+    """The real broker app in this process with the ACL on (``acl_file``); ``broker.client``
+    is unsigned, ``tests.support.signed`` gives a signed client."""
+    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as running:
         yield running
 
 

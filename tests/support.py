@@ -22,6 +22,7 @@ from broker_service.app import build_app
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
 from broker_service.store.sql_store import SqlStore
+from framework.signing import Credentials, HalfmqAuth
 from halfmq.broker_process import BrokerProcess as BrokerProcess  # re-exported for the tests
 
 PG_BASE_URL = os.environ.get("HALFMQ_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -60,6 +61,51 @@ class BrokerApp:
         response = await self.client.post("/v1/topics", json={"name": name, "queues": queues})
         assert response.status_code in (200, 201), response.text
         return name
+
+
+# -- the ACL the ACL tests share (``acl_file`` and ``acl_app`` in tests/conftest.py) --------------
+
+ACL = """\
+globalWhiteRemoteAddresses:
+  - 127.0.0.1
+  - ::1
+accounts:
+  - accessKey: bob-bank-key
+    secretKey: bob-bank-secret
+    topicPerms:
+      - transfers=PUB
+    groupPerms:
+      - bob-bank=PUB
+  - accessKey: smith-bank-key
+    secretKey: smith-bank-secret
+    topicPerms:
+      - transfers=SUB
+    groupPerms:
+      - smith-bank=SUB
+  - accessKey: operator-key
+    secretKey: operator-secret
+    admin: true
+  - accessKey: teller-key
+    secretKey: teller-secret
+    groupPerms:
+      - bob-bank=PUB
+  - accessKey: faraway-key
+    secretKey: faraway-secret
+    admin: true
+    whiteRemoteAddress: 10.9.8.*
+"""
+BOB = Credentials("bob-bank-key", "bob-bank-secret")  # PUB on transfers and its group
+SMITH = Credentials("smith-bank-key", "smith-bank-secret")  # SUB on transfers and its group
+OPERATOR = Credentials("operator-key", "operator-secret")  # admin
+TELLER = Credentials("teller-key", "teller-secret")  # Bob's producer group, but no topic
+FARAWAY = Credentials("faraway-key", "faraway-secret")  # admin, from 10.9.8.* only
+
+
+def signed(broker: BrokerApp, credentials: Credentials) -> httpx.AsyncClient:
+    """A client of the in-process ``broker`` that signs every request with ``credentials``."""
+    return httpx.AsyncClient(
+        transport=broker.client._transport, base_url="http://broker", auth=HalfmqAuth(credentials)
+    )
 
 
 @asynccontextmanager

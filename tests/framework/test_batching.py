@@ -26,7 +26,6 @@ from framework import (
     AsyncPushConsumer,
     AsyncTransactionProducer,
     CheckMode,
-    Credentials,
     LocalTransactionState,
     Message,
     MessageTooLargeError,
@@ -38,7 +37,7 @@ from framework import (
 from framework.protocol import HALVES, SENDS, Lane
 from halfmq.testing import InProcessBroker
 from tests.framework.conftest import FAST
-from tests.support import wait_until
+from tests.support import BOB, OPERATOR, wait_until
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 NONE = CheckMode.none()
@@ -333,28 +332,8 @@ def test_plain_sends_share_a_request_and_a_bad_one_fails_alone(inproc: InProcess
     assert sorted(m["body"] for m in committed_messages(inproc)) == ["a", "c", "d", "first"]
 
 
-ACL = """\
-globalWhiteRemoteAddresses:
-  - 127.0.0.1
-accounts:
-  - accessKey: bob-bank-key
-    secretKey: bob-bank-secret
-    topicPerms:
-      - transfers=PUB
-    groupPerms:
-      - bob-bank=PUB
-  - accessKey: operator-key
-    secretKey: operator-secret
-    admin: true
-"""
-BOB = Credentials("bob-bank-key", "bob-bank-secret")
-
-
-def test_under_the_acl_a_topic_without_pub_is_refused_for_its_call_only(tmp_path: Path) -> None:
-    path = tmp_path / "acl.yml"
-    path.write_text(ACL)
-    operator = ("operator-key", "operator-secret")
-    with InProcessBroker(acl_file=path, credentials=operator, **FAST) as broker:
+def test_under_the_acl_a_topic_without_pub_is_refused_for_its_call_only(acl_file: Path) -> None:
+    with InProcessBroker(acl_file=acl_file, credentials=OPERATOR, **FAST) as broker:
         broker.create_topic("transfers")
         broker.create_topic("audit")
         recorder = Recorder(broker.transport)

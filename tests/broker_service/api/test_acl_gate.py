@@ -15,50 +15,19 @@ import pytest
 
 from broker_service.api.permissions import RULES
 from framework.signing import Credentials, HalfmqAuth, sign_headers
-from tests.support import BrokerApp, BrokerProcess, free_port, wait_until
-
-ACL = """\
-globalWhiteRemoteAddresses:
-  - 127.0.0.1
-  - ::1
-accounts:
-  - accessKey: bob-bank-key
-    secretKey: bob-bank-secret
-    topicPerms:
-      - transfers=PUB
-    groupPerms:
-      - bob-bank=PUB
-  - accessKey: smith-bank-key
-    secretKey: smith-bank-secret
-    topicPerms:
-      - transfers=SUB
-    groupPerms:
-      - smith-bank=SUB
-  - accessKey: operator-key
-    secretKey: operator-secret
-    admin: true
-  - accessKey: teller-key
-    secretKey: teller-secret
-    groupPerms:
-      - bob-bank=PUB
-  - accessKey: faraway-key
-    secretKey: faraway-secret
-    admin: true
-    whiteRemoteAddress: 10.9.8.*
-"""
-
-BOB = Credentials("bob-bank-key", "bob-bank-secret")
-SMITH = Credentials("smith-bank-key", "smith-bank-secret")
-OPERATOR = Credentials("operator-key", "operator-secret")
-FARAWAY = Credentials("faraway-key", "faraway-secret")
-TELLER = Credentials("teller-key", "teller-secret")  # Bob's producer group, but no topic
-
-
-@pytest.fixture
-def acl_file(tmp_path: Path) -> Path:
-    path = tmp_path / "plain_acl.yml"
-    path.write_text(ACL)
-    return path
+from tests.support import (
+    ACL,
+    BOB,
+    FARAWAY,
+    OPERATOR,
+    SMITH,
+    TELLER,
+    BrokerApp,
+    BrokerProcess,
+    free_port,
+    signed,
+    wait_until,
+)
 
 
 def _filled(path: str) -> str:
@@ -90,36 +59,33 @@ def _routes(routes: list[Any]) -> Iterator[Any]:
             yield route
 
 
-async def test_every_route_of_the_app_refuses_an_unsigned_request(
-    migrated_url: str, acl_file: Path
-) -> None:
-    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
-        table = _route_table(broker.app)
-        assert len(table) >= 40
-        assert any(path.startswith("/console/") for _, path in table)  # the console is served
-        public = {"/healthz", "/readyz", "/console/login", "/console/static/{name}"}
-        refused = 0
-        for method, path in table:
-            response = await broker.client.request(method, _filled(path))
-            if path in public:
-                # the login page; posting it without its CSRF token does nothing (403)
-                assert response.status_code in (200, 403, 404, 503), (method, path)
-                continue
-            if path == "/console" or path.startswith("/console/"):
-                # no session: a GET is sent to the login page and shown nothing; the rest is 401
-                if method == "GET":
-                    assert response.status_code == 303, (method, path, response.text)
-                    assert response.headers["location"].startswith("/console/login?next=")
-                    assert response.content == b""
-                else:
-                    assert response.status_code == 401, (method, path, response.text)
-                    assert response.json()["error"]["code"] == "SESSION_MISSING"
-                refused += 1
-                continue
-            assert response.status_code == 401, (method, path, response.text)
-            assert response.json()["error"]["code"] == "SIGNATURE_MISSING"
+async def test_every_route_of_the_app_refuses_an_unsigned_request(acl_app: BrokerApp) -> None:
+    table = _route_table(acl_app.app)
+    assert len(table) >= 40
+    assert any(path.startswith("/console/") for _, path in table)  # the console is served
+    public = {"/healthz", "/readyz", "/console/login", "/console/static/{name}"}
+    refused = 0
+    for method, path in table:
+        response = await acl_app.client.request(method, _filled(path))
+        if path in public:
+            # the login page; posting it without its CSRF token does nothing (403)
+            assert response.status_code in (200, 403, 404, 503), (method, path)
+            continue
+        if path == "/console" or path.startswith("/console/"):
+            # no session: a GET is sent to the login page and shown nothing; the rest is 401
+            if method == "GET":
+                assert response.status_code == 303, (method, path, response.text)
+                assert response.headers["location"].startswith("/console/login?next=")
+                assert response.content == b""
+            else:
+                assert response.status_code == 401, (method, path, response.text)
+                assert response.json()["error"]["code"] == "SESSION_MISSING"
             refused += 1
-        assert refused == sum(1 for _, path in table if path not in public)
+            continue
+        assert response.status_code == 401, (method, path, response.text)
+        assert response.json()["error"]["code"] == "SIGNATURE_MISSING"
+        refused += 1
+    assert refused == sum(1 for _, path in table if path not in public)
 
 
 def test_every_route_has_a_rule_of_its_own(migrated_url: str, acl_file: Path) -> None:
@@ -289,17 +255,14 @@ def test_hot_reload_grants_revokes_and_keeps_the_last_good_version(
     assert "acessKey" in log
 
 
-async def test_the_framework_signs_by_itself_in_process(migrated_url: str, acl_file: Path) -> None:
-    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
-        signed = httpx.AsyncClient(transport=broker.client._transport, base_url="http://broker",
-                                   auth=HalfmqAuth(OPERATOR))  # fmt: skip
-        async with signed:
-            created = await signed.post("/v1/topics", json={"name": "transfers", "queues": 1})
-            assert created.status_code == 201, created.text
-            shown = await signed.get("/v1/acl")
-            assert shown.status_code == 200
-            assert "secret" not in shown.text.lower().replace("secret_key", "")
-            assert "operator-secret" not in shown.text
+async def test_the_framework_signs_by_itself_in_process(acl_app: BrokerApp) -> None:
+    async with signed(acl_app, OPERATOR) as operator:
+        created = await operator.post("/v1/topics", json={"name": "transfers", "queues": 1})
+        assert created.status_code == 201, created.text
+        shown = await operator.get("/v1/acl")
+        assert shown.status_code == 200
+        assert "secret" not in shown.text.lower().replace("secret_key", "")
+        assert "operator-secret" not in shown.text
 
 
 def test_replay_to_a_second_broker_on_the_same_postgresql_is_refused(

@@ -8,15 +8,14 @@ refused whole with none of its items run again."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from framework.signing import Credentials, HalfmqAuth, sign_headers
-from tests.support import BrokerApp
+from framework.signing import sign_headers
+from tests.support import BOB, OPERATOR, TELLER, BrokerApp, signed
 
 
 def half(topic: str = "transfers", group: str = "bob-bank", **fields: Any) -> dict[str, Any]:
@@ -204,51 +203,21 @@ async def test_the_openapi_documents_the_items_and_their_answers(broker: BrokerA
 
 # -- the ACL -----------------------------------------------------------------------------------
 
-ACL = """\
-globalWhiteRemoteAddresses:
-  - 127.0.0.1
-accounts:
-  - accessKey: bob-bank-key
-    secretKey: bob-bank-secret
-    topicPerms:
-      - transfers=PUB
-    groupPerms:
-      - bob-bank=PUB
-  - accessKey: teller-key
-    secretKey: teller-secret
-    groupPerms:
-      - bob-bank=PUB
-  - accessKey: operator-key
-    secretKey: operator-secret
-    admin: true
-"""
-BOB = Credentials("bob-bank-key", "bob-bank-secret")
-TELLER = Credentials("teller-key", "teller-secret")  # Bob's producer group, but no topic
-OPERATOR = Credentials("operator-key", "operator-secret")
-
 
 @pytest.fixture
-async def acl_broker(migrated_url: str, tmp_path: Path) -> Any:
-    path = tmp_path / "acl.yml"
-    path.write_text(ACL)
-    async with BrokerApp.start(database_url=migrated_url, acl_file=path) as running:
-        operator = _signed(running, OPERATOR)
+async def acl_broker(acl_app: BrokerApp) -> BrokerApp:
+    """The broker with the ACL on, and the topics ``transfers`` and ``audit``."""
+    async with signed(acl_app, OPERATOR) as operator:
         for topic in ("transfers", "audit"):
             created = await operator.post("/v1/topics", json={"name": topic, "queues": 1})
             assert created.status_code == 201, created.text
-        yield running
-
-
-def _signed(broker: BrokerApp, credentials: Credentials) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=broker.client._transport, base_url="http://broker", auth=HalfmqAuth(credentials)
-    )
+    return acl_app
 
 
 async def test_an_item_the_account_may_not_send_is_refused_on_its_own(
     acl_broker: BrokerApp,
 ) -> None:
-    async with _signed(acl_broker, BOB) as bob, _signed(acl_broker, OPERATOR) as operator:
+    async with signed(acl_broker, BOB) as bob, signed(acl_broker, OPERATOR) as operator:
         halves = await bob.post(
             "/v1/transactions:batch",
             json={"halves": [half(), half(topic="audit"), half(group="smith-bank"), half()]},
@@ -288,7 +257,7 @@ async def test_an_item_the_account_may_not_send_is_refused_on_its_own(
         assert statuses(sends) == [403, 201]
         states = [await state(operator, t) for t in (*mine, audit_tx)]
         assert states == ["COMMITTED", "ROLLED_BACK", "PREPARED"]
-    async with _signed(acl_broker, TELLER) as teller:  # PUB on the group is not enough
+    async with signed(acl_broker, TELLER) as teller:  # PUB on the group is not enough
         refused = await teller.post(
             "/v1/transactions/decisions:batch",
             json={
@@ -318,7 +287,7 @@ async def test_a_replayed_batch_is_refused_whole_and_runs_nothing_again(
     for _ in range(2):
         again = await acl_broker.client.post(path, content=body, headers=headers)
         assert (again.status_code, again.json()["error"]["code"]) == (401, "NONCE_REPLAYED")
-    async with _signed(acl_broker, OPERATOR) as operator:
+    async with signed(acl_broker, OPERATOR) as operator:
         listed = await operator.get("/v1/transactions", params={"producer_group": "bob-bank"})
     assert len(listed.json()["transactions"]) == 2
 

@@ -10,14 +10,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from broker_service.api.schemas.common import rfc3339
 from broker_service.domain.clock import now_ms
 from broker_service.domain.retention.model import LEASE, TABLES
-from framework.signing import Credentials, HalfmqAuth
-from tests.support import BrokerApp
+from framework.signing import Credentials
+from tests.support import BrokerApp, signed
 
 HOUR = 3_600_000
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -302,13 +301,8 @@ async def test_the_store_routes_are_an_admins(migrated_url: str, tmp_path: Path)
     async with BrokerApp.start(
         database_url=migrated_url, scheduler=False, acl_file=acl_file
     ) as broker:
-
-        def signed(credentials: Credentials) -> httpx.AsyncClient:
-            return httpx.AsyncClient(transport=broker.client._transport, base_url="http://broker",
-                                     auth=HalfmqAuth(credentials))  # fmt: skip
-
         calls = [("GET", "/v1/store/stats", None), ("POST", "/v1/store/purge", {"dry_run": True})]
-        async with signed(OPERATOR) as operator, signed(BOB) as bob:
+        async with signed(broker, OPERATOR) as operator, signed(broker, BOB) as bob:
             for method, path, body in calls:
                 unsigned = await broker.client.request(method, path, json=body)
                 assert unsigned.status_code == 401, unsigned.text

@@ -4,39 +4,13 @@ needs, the operator's access key in the trace, and the ``trace`` setting off."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from framework.signing import Credentials, HalfmqAuth
-from tests.support import BrokerApp
+from tests.support import BOB, OPERATOR, SMITH, BrokerApp, signed
 
-ACL = """\
-globalWhiteRemoteAddresses:
-  - 127.0.0.1
-accounts:
-  - accessKey: bob-bank-key
-    secretKey: bob-bank-secret
-    topicPerms:
-      - transfers=PUB
-    groupPerms:
-      - bob-bank=PUB
-  - accessKey: smith-bank-key
-    secretKey: smith-bank-secret
-    topicPerms:
-      - transfers=SUB
-    groupPerms:
-      - smith-bank=SUB
-  - accessKey: operator-key
-    secretKey: operator-secret
-    admin: true
-"""
-BOB = Credentials("bob-bank-key", "bob-bank-secret")
-SMITH = Credentials("smith-bank-key", "smith-bank-secret")
-OPERATOR = Credentials("operator-key", "operator-secret")
 AT = "2026-11-25T06:00:00.125Z"
 
 
@@ -133,24 +107,11 @@ async def test_with_trace_off_reports_are_answered_and_not_kept(migrated_url: st
 # -- with the ACL on ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def acl_broker(migrated_url: str, tmp_path: Path) -> AsyncIterator[BrokerApp]:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL)
-    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
-        yield broker
-
-
-def _as(broker: BrokerApp, credentials: Credentials) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=broker.client._transport, base_url="http://broker",
-                             auth=HalfmqAuth(credentials))  # fmt: skip
-
-
 async def test_an_account_writes_only_the_trace_of_what_it_could_send_or_receive(
-    acl_broker: BrokerApp,
+    acl_app: BrokerApp,
 ) -> None:
-    async with _as(acl_broker, OPERATOR) as operator, _as(acl_broker, BOB) as bob, \
-            _as(acl_broker, SMITH) as smith:  # fmt: skip
+    async with signed(acl_app, OPERATOR) as operator, signed(acl_app, BOB) as bob, \
+            signed(acl_app, SMITH) as smith:  # fmt: skip
         for topic in ("transfers", "audit"):
             created = await operator.post("/v1/topics", json={"name": topic, "queues": 1})
             assert created.status_code == 201, created.text
@@ -169,7 +130,7 @@ async def test_an_account_writes_only_the_trace_of_what_it_could_send_or_receive
         assert refusals == {1: "PERMISSION_DENIED", 2: "PERMISSION_DENIED"}
         sub = await smith.post("/v1/trace", json={"events": [event(mine, "SUB", "smith-bank")]})
         assert sub.json() == {"recorded": 1, "refused": []}
-        unsigned = await acl_broker.client.post("/v1/trace", json={"events": [event(mine)]})
+        unsigned = await acl_app.client.post("/v1/trace", json={"events": [event(mine)]})
         assert unsigned.status_code == 401
 
         audit = await bob.get(f"/v1/transactions/{txid}/checks")
