@@ -26,13 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +38,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker_bench import cpu_seconds, free_port, start_broker
+from broker_bench import cpu_seconds
+from framework_bench import bench_broker
 from loadgen import Connection, run
 
 from framework import (
@@ -52,7 +50,6 @@ from framework import (
     TransactionProducer,
 )
 
-PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 WARMUP = 1.0
 # per second; CPU seconds per operation of the broker, of its event loop, and of the client
@@ -201,29 +198,17 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=float, default=2.0, help="batch_linger_ms when on")
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="halfmq-batching-bench-"))
-    schema = f"batching_bench_{uuid.uuid4().hex[:8]}"
-    if args.store == "sqlite":
-        url = f"sqlite:///{folder / 'broker.db'}"
-    else:
-        from sqlalchemy import create_engine, text
-
-        with create_engine(PG, isolation_level="AUTOCOMMIT").connect() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        url = f"{PG}?options=-csearch_path%3D{schema}"
-    port = free_port()
-    process = start_broker(url, port, folder / "broker.log")
-    base = f"http://127.0.0.1:{port}"
-    n, s, linger = args.concurrency, args.seconds, args.linger_ms
-    figures: dict[str, list[Figure]] = {}
-    order: list[tuple[str, Callable[[], Figure]]] = [
-        ("echo", lambda: echo(port, s, process.pid)),
-        (f"sync on ({n} threads)", lambda: sync_transactions(base, n, linger, s, process.pid)),
-        (f"sync off ({n} threads)", lambda: sync_transactions(base, n, 0, s, process.pid)),
-        (f"async on ({n} tasks)", lambda: async_transactions(base, n, linger, s, process.pid)),
-        (f"async off ({n} tasks)", lambda: async_transactions(base, n, 0, s, process.pid)),
-    ]
-    try:
+    with bench_broker(args.store, "batching") as served:
+        port, pid, base = served.port, served.process.pid, served.base
+        n, s, linger = args.concurrency, args.seconds, args.linger_ms
+        figures: dict[str, list[Figure]] = {}
+        order: list[tuple[str, Callable[[], Figure]]] = [
+            ("echo", lambda: echo(port, s, pid)),
+            (f"sync on ({n} threads)", lambda: sync_transactions(base, n, linger, s, pid)),
+            (f"sync off ({n} threads)", lambda: sync_transactions(base, n, 0, s, pid)),
+            (f"async on ({n} tasks)", lambda: async_transactions(base, n, linger, s, pid)),
+            (f"async off ({n} tasks)", lambda: async_transactions(base, n, 0, s, pid)),
+        ]
         httpx.post(f"{base}/v1/topics", json={"name": "bench", "queues": 8}).raise_for_status()
         print(f"store {args.store}, {s:g} s per figure, linger {linger:g} ms, {args.rounds} rounds")
         print(f"load average at start: {load_average()}", flush=True)
@@ -244,15 +229,6 @@ def main() -> None:
                 statistics.median(f[n] for f in figures[name]) for n in range(4)
             )
             print(row_text(name, (rate, broker, loop, client), echo_median))
-    finally:
-        process.terminate()
-        process.wait(10)
-        shutil.rmtree(folder, ignore_errors=True)
-        if args.store == "postgresql":
-            from sqlalchemy import create_engine, text
-
-            with create_engine(PG, isolation_level="AUTOCOMMIT").connect() as conn:
-                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
 if __name__ == "__main__":

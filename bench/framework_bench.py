@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import statistics
 import subprocess
@@ -32,12 +33,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from broker_bench import free_port, start_broker
 
 from framework import (
     AckMode,
@@ -55,44 +60,46 @@ COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROUNDS = 3  # raw and framework alternate; each figure is the median of its rounds
 
 
-def free_port() -> int:
-    import socket
+@dataclass(frozen=True)
+class BenchBroker:
+    """A broker process of a bench's own, on 127.0.0.1:``port``."""
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
 
-def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
-    python = [sys.executable, "-m", "halfmq"]
-    subprocess.run(
-        [*python, "db", "upgrade", "--database-url", url], check=True, capture_output=True
-    )
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                *python,
-                "broker",
-                "serve",
-                "--database-url",
-                url,
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    for _ in range(300):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"broker did not start: {log.read_text()}")
+@contextlib.contextmanager
+def bench_broker(store: str, name: str) -> Iterator[BenchBroker]:
+    """A real broker process (``broker_bench.start_broker``) on a store of its own: a SQLite file
+    in a temporary folder, or (``store`` "postgresql") a schema ``{name}_bench_...`` of its own in
+    the PostgreSQL at ``PG``; stopped, and its folder and schema dropped, afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix=f"halfmq-{name}-bench-"))
+    schema = f"{name}_bench_{uuid.uuid4().hex[:8]}"
+    if store == "sqlite":
+        url = f"sqlite:///{folder / 'broker.db'}"
+    else:
+        from sqlalchemy import create_engine, text
+
+        with create_engine(PG, isolation_level="AUTOCOMMIT").connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        url = f"{PG}?options=-csearch_path%3D{schema}"
+    port = free_port()
+    process = start_broker(url, port, folder / "broker.log")
+    try:
+        yield BenchBroker(port, process)
+    finally:
+        process.terminate()
+        process.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
+        if store == "postgresql":
+            from sqlalchemy import create_engine, text
+
+            with create_engine(PG, isolation_level="AUTOCOMMIT").connect() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
 # -- producers -------------------------------------------------------------------------------------
@@ -346,20 +353,8 @@ def main() -> None:
         help="instead: the framework with its client trace on against off (target >= 0.95)",
     )
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="halfmq-fw-bench-"))
-    schema = f"fw_bench_{uuid.uuid4().hex[:8]}"
-    if args.store == "sqlite":
-        url = f"sqlite:///{folder / 'broker.db'}"
-    else:
-        from sqlalchemy import create_engine, text
-
-        with create_engine(PG, isolation_level="AUTOCOMMIT").connect() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        url = f"{PG}?options=-csearch_path%3D{schema}"
-    port = free_port()
-    process = start_broker(url, port, folder / "broker.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with bench_broker(args.store, "fw") as broker:
+        base = broker.base
         httpx.post(f"{base}/v1/topics", json={"name": "bench", "queues": 8}).raise_for_status()
         print(f"store {args.store}, {args.threads} threads/tasks, {args.seconds}s per run")
         if args.client_trace:
@@ -389,15 +384,6 @@ def main() -> None:
             ),
         ]
         print(f"lowest ratio {min(ratios):.2f} (target >= 0.80)")
-    finally:
-        process.terminate()
-        process.wait(10)
-        shutil.rmtree(folder, ignore_errors=True)
-        if args.store == "postgresql":
-            from sqlalchemy import create_engine, text
-
-            with create_engine(PG, isolation_level="AUTOCOMMIT").connect() as conn:
-                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
 if __name__ == "__main__":
