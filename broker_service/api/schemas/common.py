@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -43,15 +44,19 @@ def _rfc3339_second(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="seconds")[:-6]
 
 
+# Epoch milliseconds written out: "30", and "30.0" as a client serialises JSON Schema's integer 30.0.
+_WHOLE = re.compile(r"-?[0-9]+(?:\.0+)?")
+
+
 def _parse_time(value: Any) -> Any:
     """RFC 3339 strings or epoch milliseconds (numbers or digit strings), to epoch milliseconds."""
     if isinstance(value, bool):
         raise ValueError("a time is an RFC 3339 string or epoch milliseconds")
-    if isinstance(value, str):
+    if isinstance(value, str):  # a query parameter, or a string in a body
         text = value.strip()
-        if not (text.isascii() and text.lstrip("-").isdigit()):
+        if not (text.isascii() and _WHOLE.fullmatch(text)):
             return _parse_rfc3339(text)
-        value = int(text)
+        value = int(text.partition(".")[0])
     if isinstance(value, float):
         # Epoch milliseconds are whole (the schema says integer): 1.5 is not a time.
         if not (math.isfinite(value) and value.is_integer()):
