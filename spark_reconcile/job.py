@@ -102,9 +102,8 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
                 keep=keep,
             ).repartition("kind")
         )
-        counts = load.count_by_kind(found)
         load.write_anomalies(found, config.out, config.day)
-        picked = load.samples(found, ROWS_PER_KIND)
+        counts, picked = load.counts_and_samples(found, ROWS_PER_KIND)
     finally:
         for df in kept:
             df.unpersist()

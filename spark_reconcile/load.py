@@ -21,18 +21,25 @@ def write_anomalies(found: DataFrame, out: str, day: dt.date) -> None:
     found.write.mode("overwrite").partitionBy("kind").parquet(day_path(out, "anomalies", day))
 
 
-def count_by_kind(found: DataFrame) -> dict[str, int]:
-    counted = {row["kind"]: int(row["count"]) for row in found.groupBy("kind").count().collect()}
-    return {kind: counted.get(kind, 0) for kind in KINDS}
-
-
-def samples(found: DataFrame, per_kind: int) -> dict[str, list[dict[str, Any]]]:
-    order = Window.partitionBy("kind").orderBy("created_at", "transaction_id", "consumer_group")
-    rows = found.withColumn("n", F.row_number().over(order)).where(F.col("n") <= per_kind)
+def counts_and_samples(
+    found: DataFrame, per_kind: int
+) -> tuple[dict[str, int], dict[str, list[dict[str, Any]]]]:
+    """The count of every kind (zeros included) and its first ``per_kind`` rows, in one job: each
+    picked row carries its kind's total, so the counts need no scan of their own."""
+    by_kind = Window.partitionBy("kind")
+    order = by_kind.orderBy("created_at", "transaction_id", "consumer_group")
+    rows = (
+        found.withColumn("n", F.row_number().over(order))
+        .withColumn("total", F.count(F.lit(1)).over(by_kind))
+        .where(F.col("n") <= per_kind)
+    )
+    counted: dict[str, int] = {}
     picked: dict[str, list[dict[str, Any]]] = {}
     for row in rows.drop("n").collect():
-        picked.setdefault(row["kind"], []).append(row.asDict())
-    return picked
+        record = row.asDict()
+        counted[record["kind"]] = int(record.pop("total"))
+        picked.setdefault(record["kind"], []).append(record)
+    return {kind: counted.get(kind, 0) for kind in KINDS}, picked
 
 
 def write_counts(spark: SparkSession, counts: dict[str, int], out: str, day: dt.date) -> None:

@@ -169,11 +169,14 @@ def reconcile(
     out: Path,
     memory: str,
     event_log: Path | None = None,
+    conf: list[str] | None = None,
 ) -> float:
     shutil.rmtree(out, ignore_errors=True)
     args = [sys.executable, "-m", "spark_reconcile", "--date", spec.day.isoformat()]
     args += [*source, "--out", str(out), "--as-of", str(spec.as_of), "--master", "local[2]"]
     args += ["--driver-memory", memory, "--jdbc-partitions", "8"]
+    for setting in conf or []:
+        args += ["--conf", setting]
     started = time.perf_counter()
     env = _event_log_env(event_log)
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
@@ -208,6 +211,12 @@ def main() -> None:
         type=Path,
         help="write the job's Spark event logs here (read them with bench/reconcile/stages.py)",
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        help="KEY=VALUE passed to the job's --conf (repeat), to compare settings on one code",
+    )
     opts = parser.parse_args()
     opts.work.mkdir(parents=True, exist_ok=True)
     spark = session(opts.memory)
@@ -229,7 +238,7 @@ def main() -> None:
             log(f"N={n:,}: reconciling from {source}")
             out = opts.work / f"out-{source}-{n}"
             log_dir = opts.event_log / f"{source}-{n}" if opts.event_log else None
-            times[source, n] = reconcile(spec, args, out, opts.memory, log_dir)
+            times[source, n] = reconcile(spec, args, out, opts.memory, log_dir, opts.conf)
             log(f"  {source} N={n:,}: {times[source, n]:.1f} s (anomalies as planted)")
     spark.stop()
     print("\nsource    transactions   seconds")

@@ -56,6 +56,31 @@ def events(log: Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
+@dataclasses.dataclass
+class App:
+    """The application's span and its jobs, from the same log."""
+
+    jobs: int = 0
+    started_ms: int = 0
+    ended_ms: int = 0
+    first_job_ms: int = 0  # when the first job was submitted
+
+
+def app(path: Path) -> App:
+    found = App()
+    for event in events(path):
+        kind = event["Event"]
+        if kind == "SparkListenerApplicationStart":
+            found.started_ms = event["Timestamp"]
+        elif kind == "SparkListenerApplicationEnd":
+            found.ended_ms = event["Timestamp"]
+        elif kind == "SparkListenerJobStart":
+            found.jobs += 1
+            if not found.first_job_ms:
+                found.first_job_ms = event["Submission Time"]
+    return found
+
+
 def stages(path: Path) -> list[Stage]:
     found: dict[int, Stage] = {}
     for event in events(path):
@@ -127,6 +152,13 @@ def main() -> None:
     path = newest(parser.parse_args().log)
     print(path)
     print(table(stages(path)))
+    span = app(path)
+    if span.started_ms and span.ended_ms:
+        print(
+            f"application: {span.jobs} jobs, {(span.ended_ms - span.started_ms) / 1000:.1f} s "
+            f"from its start to its end, the first job "
+            f"{(span.first_job_ms - span.started_ms) / 1000:.1f} s after the start"
+        )
 
 
 if __name__ == "__main__":
