@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from broker_service.acl import nonces
 from broker_service.domain.errors import DomainError, NotReady
-from broker_service.domain.ports import Readiness, transactions_of
+from broker_service.domain.ports import Readiness, dedup_keys_of, transactions_of
 from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
 from broker_service.store.concurrent import ConcurrentUnits
@@ -174,7 +174,9 @@ class SqlStore:
 
     async def write(self, unit: Callable[[SqlTx], T]) -> T:
         self._guard()
-        result: T = await self.writer.submit(unit, transactions_of(unit), nonces.take())
+        result: T = await self.writer.submit(
+            unit, transactions_of(unit), nonces.take(), dedup_keys_of(unit)
+        )
         return result
 
     async def read(self, unit: Callable[[SqlTx], T]) -> T:

@@ -102,6 +102,21 @@ sent_by_dedup_keys = select(messages).where(
     messages.c.dedup_key.in_(bindparam("keys", expanding=True))
 )
 
+# The same for every dedup key a group commit's units will look for (see SqlTx.read_ahead_sent):
+# compiled once, the keys as one JSON array on SQLite and one array on PostgreSQL.
+sent_by_dedup_keys_sqlite = Prepared(
+    select(messages).where(
+        messages.c.dedup_key.in_(
+            select(literal_column("value")).select_from(func.json_each(bindparam("keys_json")))
+        )
+    )
+)
+sent_by_dedup_keys_pg = Prepared(
+    select(messages).where(
+        messages.c.dedup_key == any_(bindparam("keys", type_=postgresql.ARRAY(String)))
+    )
+)
+
 message_at = Prepared(
     select(messages).where(
         messages.c.topic == bindparam("topic"),

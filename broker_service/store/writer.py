@@ -62,6 +62,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     read_ahead: Sequence[str] = ()
     nonce: NonceKey | None = None
+    sent_ahead: Sequence[str] = ()
     ok: bool = False
     value: Any = None
 
@@ -100,14 +101,17 @@ class GroupCommitWriter:
         unit: Callable[[SqlTx], Any],
         read_ahead: Sequence[str] = (),
         nonce: NonceKey | None = None,
+        sent_ahead: Sequence[str] = (),
     ) -> asyncio.Future[Any]:
         """Queue a unit of work; ``read_ahead``: transactions it will look up (what a
         ``TransactionUnit`` names; see ``SqlTx.read_ahead``);
-        ``nonce``: the signed request's, remembered before the unit runs (refused if seen)."""
+        ``nonce``: the signed request's, remembered before the unit runs (refused if seen);
+        ``sent_ahead``: dedup keys it will look for (what a ``SendUnit`` names; see
+        ``SqlTx.read_ahead_sent``)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         try:
-            self._queue.put_nowait(_Job(unit, future, loop, read_ahead, nonce))
+            self._queue.put_nowait(_Job(unit, future, loop, read_ahead, nonce, sent_ahead))
         except queue.Full:
             raise Busy("the broker's write queue is full; retry later") from None
         return future
@@ -178,6 +182,9 @@ class GroupCommitWriter:
                 wanted = [t for job in batch for t in job.read_ahead]
                 if len(wanted) > 1:  # one lookup for all instead of one round trip each
                     tx.read_ahead(wanted)
+                sent = [k for job in batch for k in job.sent_ahead]
+                if len(sent) > 1:  # the same for the earlier sends halves and sends look for
+                    tx.read_ahead_sent(sent)
                 replayed = _replayed(tx, batch, exact=careful)
                 for job in batch:
                     if id(job) in replayed:

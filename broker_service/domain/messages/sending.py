@@ -24,7 +24,7 @@ from broker_service.domain.messages.model import (
     Topic,
 )
 from broker_service.domain.messages.queues import QueueSelector
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import SendUnit, StoreTx
 
 Message = StoredMessage | PendingMessage
 
@@ -266,7 +266,7 @@ class Sender:
                 receipts[index] = receipt_for(first, duplicate=first is not message)
             return [r for r in receipts if r is not None]
 
-        return unit
+        return SendUnit(unit, tuple(dict.fromkeys(d.msg_id for d in drafts if d.msg_id)))
 
     def _send_new(
         self, topic_name: str, drafts: Sequence[MessageDraft]

@@ -24,11 +24,13 @@ from broker_service.domain.ports.messages import MessageQuery, MessageStore
 from broker_service.domain.ports.retention import RetentionStore, StoreUpkeep
 from broker_service.domain.ports.store import (
     Readiness,
+    SendUnit,
     Store,
     StoreProbe,
     StoreTx,
     TransactionUnit,
     UnitRunner,
+    dedup_keys_of,
     transactions_of,
     wrapped_like,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "Readiness",
     "ResolveOutcome",
     "RetentionStore",
+    "SendUnit",
     "Store",
     "StoreProbe",
     "StoreTx",
@@ -52,6 +55,7 @@ __all__ = [
     "TransactionStore",
     "TransactionUnit",
     "UnitRunner",
+    "dedup_keys_of",
     "transactions_of",
     "wrapped_like",
 ]

@@ -9,7 +9,8 @@ A write unit must do its checks before its first change: when it raises a :class
 the store drops what it appended and the batch goes on without it.
 
 What a unit may tell the store ahead is part of its type: a :class:`TransactionUnit` names the
-transactions it will look up, so that a store may fetch those of many units at once.
+transactions it will look up, a :class:`SendUnit` the client-made ``msg_id`` values whose earlier sends
+it will look for (``find_sent``), so that a store may fetch those of many units at once.
 """
 
 from __future__ import annotations
@@ -55,9 +56,27 @@ class TransactionUnit(Generic[T]):
         return self.run(tx)
 
 
+@dataclass(frozen=True, slots=True)
+class SendUnit(Generic[T]):
+    """A write unit that names the dedup keys (client-made ``msg_id`` values) it will look for with
+    ``find_sent`` (a half, a send that carries ids): the store may read those of a whole group
+    commit in one lookup.  What ``find_sent`` answers stays exact either way."""
+
+    run: Callable[[StoreTx], T]
+    dedup_keys: tuple[str, ...]
+
+    def __call__(self, tx: StoreTx) -> T:
+        return self.run(tx)
+
+
 def transactions_of(unit: Callable[[Any], object]) -> tuple[str, ...]:
     """The transactions a unit said it will look up: none, unless it is a TransactionUnit."""
     return unit.transaction_ids if isinstance(unit, TransactionUnit) else ()
+
+
+def dedup_keys_of(unit: Callable[[Any], object]) -> tuple[str, ...]:
+    """The dedup keys a unit said it will look for: none, unless it is a SendUnit."""
+    return unit.dedup_keys if isinstance(unit, SendUnit) else ()
 
 
 def wrapped_like(
@@ -66,6 +85,8 @@ def wrapped_like(
     """``run`` (which calls ``unit``) saying what ``unit`` said: for a store that wraps units."""
     if isinstance(unit, TransactionUnit):
         return TransactionUnit(run, unit.transaction_ids)
+    if isinstance(unit, SendUnit):
+        return SendUnit(run, unit.dedup_keys)
     return run
 
 

@@ -37,7 +37,7 @@ from broker_service.domain.messages.model import (
     StoredMessage,
 )
 from broker_service.domain.messages.sending import Sender
-from broker_service.domain.ports import ResolveOutcome, StoreTx, TransactionUnit
+from broker_service.domain.ports import ResolveOutcome, SendUnit, StoreTx, TransactionUnit
 from broker_service.domain.transactions.model import (
     CHECKED,
     CheckOutcome,
@@ -156,6 +156,8 @@ class Transactions:
             )
             return HalfReceipt(transaction_id, half.msg_id, duplicate=False)
 
+        if draft.msg_id:  # its earlier send is looked for: say so, for a lookup per group commit
+            return SendUnit(unit, (draft.msg_id,))
         return unit
 
     def resolve(
