@@ -8,6 +8,7 @@ the last moments of acknowledged writes (a process crash cannot).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,78 @@ def sqlite_path(url: str) -> Path | None:
     return Path(database)
 
 
-def make_engine(url: str, *, flush: Flush, writer: bool, pool_size: int = 5) -> Engine:
-    """One engine per role: the writer (one connection, owned by the group-commit thread) or readers."""
+def make_engine(
+    url: str, *, flush: Flush, writer: bool, pool_size: int = 5, sync_apart: bool = False
+) -> Engine:
+    """One engine per role: the writer (one connection, owned by the group-commit thread) or
+    readers.  ``sync_apart`` (SQLite, the writer): its commits do not fsync the WAL themselves
+    (``synchronous=NORMAL``); the writer makes them durable with :class:`WalSync` before it
+    answers anyone, apart from the next commit."""
     if is_sqlite(url):
-        return _sqlite_engine(url, flush=flush, writer=writer, pool_size=pool_size)
+        return _sqlite_engine(
+            url, flush=flush, writer=writer, pool_size=pool_size, sync_apart=sync_apart
+        )
     return _postgres_engine(url, flush=flush, writer=writer, pool_size=pool_size)
+
+
+class WalSync:
+    """SQLite under ``flush: sync``: the WAL's fsync, made apart from the commits it covers.
+
+    ``synchronous=FULL`` fsyncs the WAL inside each commit, while the writer holds the write lock
+    and waits.  With ``synchronous=NORMAL`` a commit only writes its frames, and one ``fsync`` of
+    the WAL file then makes every frame written before it durable (an fsync covers the file, not a
+    descriptor).  So the writer commits a batch, hands it to a flusher thread that fsyncs and only
+    then answers it, and meanwhile runs the next batch: RocketMQ's GroupCommitService.  What the
+    two modes leave on disk is the same: a checkpoint and a WAL restart are synced by SQLite
+    itself in NORMAL mode too (its header and the database file), a commit's frames are synced
+    here before anyone hears of the commit, and a frame torn by a power loss fails its checksum,
+    so recovery stops at the last whole commit -- as with FULL, whose commits are also written
+    before they are synced."""
+
+    def __init__(self, database: Path) -> None:
+        self.database = database
+        self.wal = Path(f"{database}-wal")
+        self._fd: int | None = None
+        self._inode = 0
+        self._failed: OSError | None = None
+
+    def __call__(self) -> None:
+        """fsync the WAL.  Once an fsync has failed, every later call fails: the kernel may have
+        dropped the pages it could not write, and a later fsync that succeeds says nothing of
+        them (PostgreSQL stops for the same reason)."""
+        if self._failed is not None:
+            raise self._failed
+        try:
+            self._sync()
+        except OSError as exc:
+            self._failed = exc
+            raise
+
+    def _sync(self) -> None:
+        try:
+            inode = os.stat(self.wal).st_ino
+        except FileNotFoundError:  # no WAL (yet): what was committed is in the database file
+            self._sync_path(self.database)
+            return
+        if self._fd is None or inode != self._inode:  # the WAL was made again: its new file
+            self.close()
+            self._fd = os.open(self.wal, os.O_RDONLY)
+            self._inode = os.fstat(self._fd).st_ino
+            self._sync_path(self.wal.parent)  # its directory entry, once per WAL file
+        os.fsync(self._fd)
+
+    @staticmethod
+    def _sync_path(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def make_claims_engine(url: str, *, pool_size: int = 5, durable: bool = False) -> Engine:
@@ -63,7 +131,9 @@ def _commit_asynchronously(engine: Engine) -> None:
         dbapi_conn.commit()
 
 
-def _sqlite_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> Engine:
+def _sqlite_engine(
+    url: str, *, flush: Flush, writer: bool, pool_size: int, sync_apart: bool = False
+) -> Engine:
     engine = create_engine(
         url,
         pool_size=1 if writer else pool_size,
@@ -73,7 +143,7 @@ def _sqlite_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> E
         # error): no reset when it goes back to the pool.
         pool_reset_on_return=None if writer else "rollback",
     )
-    synchronous = "FULL" if flush is Flush.SYNC else "NORMAL"
+    synchronous = "FULL" if flush is Flush.SYNC and not sync_apart else "NORMAL"
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

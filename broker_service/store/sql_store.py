@@ -23,6 +23,7 @@ from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
 from broker_service.store.concurrent import ConcurrentUnits
 from broker_service.store.engine import (
+    WalSync,
     driver_message,
     is_sqlite,
     make_claims_engine,
@@ -82,11 +83,17 @@ class SqlStore:
         self.readers = make_engine(
             self.url, flush=settings.flush, writer=False, pool_size=settings.pool_size
         )
-        self.writer_engine = make_engine(self.url, flush=settings.flush, writer=True)
+        # SQLite under flush=sync: the WAL fsynced apart from the commits (see WalSync).
+        path = sqlite_path(self.url) if is_sqlite(self.url) else None
+        self.wal_sync = WalSync(path) if path is not None and settings.flush is Flush.SYNC else None
+        self.writer_engine = make_engine(
+            self.url, flush=settings.flush, writer=True, sync_apart=self.wal_sync is not None
+        )
         self.writer = GroupCommitWriter(
             self.writer_engine,
             batch_max=settings.write_batch_max,
             queue_max=settings.write_queue_max,
+            syncer=self.wal_sync,
         )
         self.pool_size = settings.pool_size
         self.flush = settings.flush
@@ -138,6 +145,8 @@ class SqlStore:
         self.schema_current = False
         self.schema_reason = "the broker is shutting down"
         self.writer.stop()
+        if self.wal_sync is not None:
+            self.wal_sync.close()
         if not self.inflight.wait_idle(_CLOSE_WAIT_SECONDS):
             log.warning("closing the store with reads still running after %ss", _CLOSE_WAIT_SECONDS)
         self.writer_engine.dispose()

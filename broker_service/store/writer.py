@@ -25,6 +25,14 @@ succeeds again (how long, how many requests were refused), not once per request.
 connection dies in its commit may have been committed (the standby had it): its units run again
 on a fresh connection, where a send or a half is found a duplicate and a commit a repeat.
 
+**SQLite under flush: sync** commits without an fsync of its own (``synchronous=NORMAL``) and the
+writer hands each committed batch to a flusher thread, which fsyncs the WAL once for every batch
+waiting (``syncer``, :class:`~broker_service.store.engine.WalSync`) and only then answers them, in
+commit order, while the writer already runs the next batch: the fsync no longer holds the write
+lock, and a batch's answer still waits for its commit to be on disk.  An fsync that fails answers
+its batches 503 ``STORE_UNAVAILABLE``, and every later one too (what the kernel dropped cannot be
+told), until the broker is restarted.
+
 The writer counts its commits and their units (``batches``, ``units``, read at scrape time) and
 calls ``on_commit(seconds, units)`` after each one, if set: how the app times commits without the
 store knowing of metrics.
@@ -46,7 +54,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.acl.nonces import NonceKey, replayed_error
-from broker_service.domain.errors import Busy, DomainError, InvalidRequest
+from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
 from broker_service.store.engine import driver_message, store_unavailable
 from broker_service.store.sqltx import ResolutionRace, SqlTx
 
@@ -71,9 +79,21 @@ _STOP = object()
 
 
 class GroupCommitWriter:
-    def __init__(self, engine: Engine, *, batch_max: int = 512, queue_max: int = 20_000) -> None:
-        """``queue_max``: requests waiting for a commit beyond which the broker answers 429 BUSY."""
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        batch_max: int = 512,
+        queue_max: int = 20_000,
+        syncer: Callable[[], None] | None = None,
+    ) -> None:
+        """``queue_max``: requests waiting for a commit beyond which the broker answers 429 BUSY;
+        ``syncer``: makes what was committed durable (the engine's commits do not), called by a
+        flusher thread before the batches it covers are answered."""
         self.engine = engine
+        self._syncer = syncer
+        self._synced: queue.Queue[Any] = queue.Queue()  # committed batches waiting for the fsync
+        self._flusher: threading.Thread | None = None
         self.batch_max = batch_max
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_max)
         self._thread: threading.Thread | None = None
@@ -87,6 +107,11 @@ class GroupCommitWriter:
         self._outage = _Outage()
 
     def start(self) -> None:
+        if self._syncer is not None:
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="halfmq-flusher", daemon=True
+            )
+            self._flusher.start()
         self._thread = threading.Thread(target=self._run, name="halfmq-writer", daemon=True)
         self._thread.start()
 
@@ -95,6 +120,10 @@ class GroupCommitWriter:
             self._queue.put(_STOP)
             self._thread.join(timeout=30)
             self._thread = None
+        if self._flusher is not None:  # after the writer: every batch it committed is answered
+            self._synced.put(_STOP)
+            self._flusher.join(timeout=30)
+            self._flusher = None
 
     def submit(
         self,
@@ -261,14 +290,56 @@ class GroupCommitWriter:
         self._answer([job])
         return None
 
-    @staticmethod
-    def _answer(batch: list[_Job]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
-        for job in batch:
-            by_loop.setdefault(job.loop, []).append(job)
-        for loop, jobs in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # the loop closed while we committed
-                loop.call_soon_threadsafe(_settle, jobs)
+    def _answer(self, batch: list[_Job]) -> None:
+        """Answer the batch now, or once the flusher has made its commit durable."""
+        if self._syncer is None:
+            _deliver(batch)
+        else:
+            self._synced.put(batch)
+
+    def _flush_loop(self) -> None:
+        syncer = self._syncer
+        assert syncer is not None
+        while True:
+            first = self._synced.get()
+            if first is _STOP:
+                return
+            batches: list[list[_Job]] = [first]
+            stop = False
+            while True:
+                try:
+                    item = self._synced.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batches.append(item)
+            try:
+                syncer()  # one fsync for every batch committed before it began
+            except Exception as exc:
+                log.error("the store's log could not be synced; refusing writes: %s", exc)
+                failed = NotReady(
+                    f"the store failed: its log could not be synced: {exc}",
+                    code="STORE_UNAVAILABLE",
+                )
+                for batch in batches:
+                    for job in batch:
+                        if job.ok:
+                            job.value, job.ok = failed, False
+            for batch in batches:
+                _deliver(batch)
+            if stop:
+                return
+
+
+def _deliver(batch: list[_Job]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+    for job in batch:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, jobs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop closed while we committed
+            loop.call_soon_threadsafe(_settle, jobs)
 
 
 class _Unreachable(Exception):
