@@ -1,7 +1,9 @@
 """Engines for SQLite and PostgreSQL, with the commit settings that ``flush`` asks for.
 
-``flush: sync`` (RocketMQ's SYNC_FLUSH): SQLite ``synchronous=FULL`` (the WAL is fsynced at every
-commit), PostgreSQL ``synchronous_commit=on``.  ``flush: async`` (ASYNC_FLUSH): SQLite
+``flush: sync`` (RocketMQ's SYNC_FLUSH): PostgreSQL ``synchronous_commit=on``; SQLite
+``synchronous=FULL`` (the WAL fsynced at every commit), except the broker's writer, which commits
+with ``synchronous=NORMAL`` and has :class:`WalSync` fsync the WAL before it answers anyone
+(``sync_apart``).  ``flush: async`` (ASYNC_FLUSH): SQLite
 ``synchronous=NORMAL`` and PostgreSQL ``synchronous_commit=off`` -- faster, and a power loss can take
 the last moments of acknowledged writes (a process crash cannot).
 """
