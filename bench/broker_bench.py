@@ -94,6 +94,12 @@ def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    return wait_ready(port, process, log)
+
+
+def wait_ready(port: int, process: subprocess.Popen[bytes], log: Path) -> subprocess.Popen[bytes]:
+    """``process`` once its broker answers ``/readyz`` 200 on ``port`` (30 s at most; killed and
+    its log shown if it does not)."""
     for _ in range(300):
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:

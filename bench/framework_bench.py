@@ -73,10 +73,15 @@ class BenchBroker:
 
 
 @contextlib.contextmanager
-def bench_broker(store: str, name: str) -> Iterator[BenchBroker]:
-    """A real broker process (``broker_bench.start_broker``) on a store of its own: a SQLite file
-    in a temporary folder, or (``store`` "postgresql") a schema ``{name}_bench_...`` of its own in
-    the PostgreSQL at ``PG``; stopped, and its folder and schema dropped, afterwards."""
+def bench_broker(
+    store: str,
+    name: str,
+    start: Callable[[str, int, Path], subprocess.Popen[bytes]] = start_broker,
+) -> Iterator[BenchBroker]:
+    """A real broker process (``start``: ``broker_bench.start_broker`` unless another server is
+    asked for) on a store of its own: a SQLite file in a temporary folder, or (``store``
+    "postgresql") a schema ``{name}_bench_...`` of its own in the PostgreSQL at ``PG``; stopped,
+    and its folder and schema dropped, afterwards."""
     folder = Path(tempfile.mkdtemp(prefix=f"halfmq-{name}-bench-"))
     schema = f"{name}_bench_{uuid.uuid4().hex[:8]}"
     if store == "sqlite":
@@ -88,7 +93,7 @@ def bench_broker(store: str, name: str) -> Iterator[BenchBroker]:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
         url = f"{PG}?options=-csearch_path%3D{schema}"
     port = free_port()
-    process = start_broker(url, port, folder / "broker.log")
+    process = start(url, port, folder / "broker.log")
     try:
         yield BenchBroker(port, process)
     finally:

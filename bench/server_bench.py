@@ -18,18 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
-import uuid
 from pathlib import Path
 
-import httpx
-from broker_bench import PG_BASE, free_port, load, start_broker
+from broker_bench import load, start_broker, wait_ready
+from framework_bench import bench_broker
 from loadgen import Result
-from sqlalchemy import create_engine, text
 
 PHASES = ("echo", "sends", "transactions")
 
@@ -70,15 +65,7 @@ def start_granian(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
             env=env,
             cwd=Path(__file__).resolve().parent,
         )
-    for _ in range(300):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"granian did not start: {log.read_text()}")
+    return wait_ready(port, process, log)
 
 
 def serving_pid(process: subprocess.Popen[bytes]) -> int:
@@ -89,29 +76,10 @@ def serving_pid(process: subprocess.Popen[bytes]) -> int:
 
 
 def one_server(server: str, store: str, seconds: float, connections: int) -> dict[str, Result]:
-    workdir = Path(tempfile.mkdtemp(prefix="halfmq-server-bench-"))
-    schema = None
-    if store == "sqlite":
-        url = f"sqlite:///{workdir / 'bench.db'}"
-    else:
-        schema = f"bench_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(PG_BASE, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE SCHEMA {schema}"))
-        url = f"{PG_BASE}?options=-csearch_path%3D{schema}"
-    port = free_port()
     start = start_broker if server == "uvicorn" else start_granian
-    process = start(url, port, workdir / "broker.log")
-    try:
-        return asyncio.run(load(port, seconds, connections, PHASES, serving_pid(process)))
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        if schema is not None:
-            with admin.connect() as conn:
-                conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-            admin.dispose()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bench_broker(store, "server", start) as broker:
+        pid = serving_pid(broker.process)
+        return asyncio.run(load(broker.port, seconds, connections, PHASES, pid))
 
 
 def main() -> None:
