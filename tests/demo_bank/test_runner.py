@@ -54,10 +54,13 @@ REFUSALS = {
 
 
 def seed_with_every_fault() -> int:
-    """A seed whose plan has an overdraw, a dropped commit and the poison transfer at N."""
+    """A seed whose plan has overdraws, a dropped commit and the poison transfer at N.  Three
+    overdraws at least: the transfers in flight when Bob is killed are in doubt and may never
+    reach the broker, and under a heavy load that window once took a plan's only overdraw with
+    it (no rollback left to check)."""
     for seed in range(100):
         plan = make_plan(N, seed, faults=True)
-        if all(plan.count(kind) for kind in ("overdraw", "drop-commit", "poison")):
+        if plan.count("overdraw") >= 3 and plan.count("drop-commit") and plan.count("poison"):
             return seed
     raise AssertionError("no seed plans every fault")
 
