@@ -158,17 +158,7 @@ class GroupCommitWriter:
             first = self._queue.get()
             if first is _STOP:
                 return
-            batch: list[_Job] = [first]
-            stop = False
-            while len(batch) < self.batch_max:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
+            batch, stop = _drain(self._queue, first, self.batch_max)
             self._execute(batch)
             if stop:
                 return
@@ -304,17 +294,7 @@ class GroupCommitWriter:
             first = self._synced.get()
             if first is _STOP:
                 return
-            batches: list[list[_Job]] = [first]
-            stop = False
-            while True:
-                try:
-                    item = self._synced.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batches.append(item)
+            batches, stop = _drain(self._synced, first, None)
             try:
                 syncer()  # one fsync for every batch committed before it began
             except Exception as exc:
@@ -331,6 +311,21 @@ class GroupCommitWriter:
                 _deliver(batch)
             if stop:
                 return
+
+
+def _drain(source: queue.Queue[Any], first: Any, limit: int | None) -> tuple[list[Any], bool]:
+    """``first`` and what else waits in ``source`` now, ``limit`` items at most (None: all), up
+    to a ``_STOP``: the items, and whether a ``_STOP`` was taken (the caller stops after them)."""
+    items = [first]
+    while limit is None or len(items) < limit:
+        try:
+            item = source.get_nowait()
+        except queue.Empty:
+            break
+        if item is _STOP:
+            return items, True
+        items.append(item)
+    return items, False
 
 
 def _deliver(batch: list[_Job]) -> None:
