@@ -18,15 +18,14 @@ import asyncio
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import orjson
+from broker_bench import start_broker
 from loadgen import Connection, run
 
 from framework.signing import Credentials, HalfmqAuth, sign_headers
@@ -66,24 +65,7 @@ def store_url(store: str, workdir: Path) -> str:
 
 
 def start(url: str, port: int, acl: Path | None, log: Path) -> subprocess.Popen[bytes]:
-    subprocess.run([sys.executable, "-m", "halfmq", "db", "upgrade", "--database-url", url],
-                   check=True, capture_output=True)  # fmt: skip
-    extra = ["--acl", str(acl)] if acl else []
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "halfmq", "broker", "serve", "--database-url", url,
-             "--port", str(port), "--log-level", "warning", *extra],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    for _ in range(300):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(log.read_text())
+    return start_broker(url, port, log, extra=["--acl", str(acl)] if acl else [])
 
 
 def signer(on: bool) -> Callable[[str, str, bytes], dict[str, str]] | None:

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -70,7 +70,17 @@ class RssSampler(threading.Thread):
             time.sleep(0.2)
 
 
-def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_broker(
+    url: str,
+    port: int,
+    log: Path,
+    *,
+    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """A broker process on ``url`` (its schema upgraded first) serving ``port``, once ready:
+    ``extra`` arguments to ``halfmq broker serve``, ``env`` its environment (this one's if None);
+    its output goes to ``log``."""
     subprocess.run(
         [sys.executable, "-m", "halfmq", "db", "upgrade", "--database-url", url],
         check=True,
@@ -90,9 +100,11 @@ def start_broker(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
                 str(port),
                 "--log-level",
                 "warning",
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=env,
         )
     return wait_ready(port, process, log)
 

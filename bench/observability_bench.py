@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -37,7 +36,7 @@ from typing import Any
 
 import httpx
 import orjson
-from broker_bench import cpu_seconds, free_port
+from broker_bench import cpu_seconds, free_port, start_broker
 from loadgen import Connection, Result, run
 from sqlalchemy import create_engine, text
 
@@ -68,24 +67,8 @@ def fresh_store(store: str, workdir: Path) -> Iterator[str]:
 
 def start(url: str, port: int, off: list[str], log: Path) -> subprocess.Popen[bytes]:
     """A broker with the settings ``off`` turned off (by their environment variables)."""
-    subprocess.run([sys.executable, "-m", "halfmq", "db", "upgrade", "--database-url", url],
-                   check=True, capture_output=True)  # fmt: skip
     env = os.environ | {f"HALFMQ_{name.upper()}": "false" for name in off}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "halfmq", "broker", "serve", "--database-url", url,
-             "--port", str(port), "--log-level", "warning"],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-    for _ in range(300):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(log.read_text())
+    return start_broker(url, port, log, env=env)
 
 
 async def scrape_every(port: int, seconds: float, stop: asyncio.Event) -> int:

@@ -270,7 +270,8 @@ class CheckBackScheduler:
             request.check_times,
         )
         decision = _ANSWERS.get(state)
-        await self.service.check_received(check, outcome)
+        if not await self.service.check_received(check, outcome):
+            self._late(check, f"answer {answer}")
         if decision is None:
             return
         try:
@@ -293,7 +294,23 @@ class CheckBackScheduler:
             check.instance.client_id,
             outcome.error,
         )
-        await self.service.check_received(check, outcome)
+        if not await self.service.check_received(check, outcome):
+            self._late(check, "failure")
+
+    def _late(self, check: PushCheck, what: str) -> None:
+        """An outcome applied after this broker's claim on the half ended (the loop or the store
+        stalled): another broker may have claimed and checked the half since, so it was only
+        traced -- not counted, not rescheduled; a decision it carried is still applied once."""
+        self._round.check(
+            "late",
+            logging.WARNING,
+            "%s of the check of %s at %s came after this broker's claim ended (%d ms ago): "
+            "not counted, the half's next round checks it",
+            what,
+            check.request.transaction_id,
+            check.instance.client_id,
+            self.service.clock() - check.until,
+        )
 
     async def _undelivered(self, check: PushCheck, outcome: CheckOutcome) -> PushCheck | None:
         """The check reached nobody (refused, reset, DNS, TLS, a connect time-out): not counted;
@@ -313,6 +330,8 @@ class CheckBackScheduler:
             else f"instance set aside for {self.service.checkback.policy.unreachable_ms / 1000:g} s",
         )
         report = await self.service.check_undelivered(check, outcome, set_aside=not busy)
+        if report.late:
+            self._late(check, "the delivery failure")
         self._observe(report)
         if report.pushes:
             self.metrics.checks.labels(outcome="redirected").inc()

@@ -165,6 +165,12 @@ _force = (
 )
 
 _claim_of = select(t.claimed_by, t.claimed_until).where(t.transaction_id == bindparam("id"))
+# Locked on PostgreSQL: no other broker's round claims the half (SKIP LOCKED) between this look and
+# the writes it allows, in the same transaction.
+_claim_held = select(t.claimed_by, t.claimed_until).where(
+    t.transaction_id == bindparam("id"), t.state.in_(_OPEN)
+)
+_claim_held_locked = _claim_held.with_for_update()
 
 _pending_older_than = (
     select(func.count())
@@ -280,6 +286,16 @@ class CheckPart(SqlPart):
     def check_claim(self, transaction_id: str) -> tuple[str | None, int | None]:
         row = self.conn.execute(_claim_of, {"id": transaction_id}).first()
         return (None, None) if row is None else (row.claimed_by, row.claimed_until)
+
+    def holds_claim(self, transaction_id: str, claimed_by: str, until: int, now: int) -> bool:
+        query = _claim_held_locked if self._postgres else _claim_held
+        row = self.conn.execute(query, {"id": transaction_id}).first()
+        return (
+            row is not None
+            and row.claimed_by == claimed_by
+            and row.claimed_until == until
+            and now < until
+        )
 
     def schedule_check(self, transaction_id: str, at: int) -> None:
         self.conn.execute(_schedule, {"b_id": transaction_id, "b_at": at})

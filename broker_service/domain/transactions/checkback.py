@@ -19,6 +19,12 @@ the same round, or the half waits a round, uncounted.  A half whose checks keep 
 reported after ``undelivered_alert_ms``, never discarded for it.  A broker that dies between claim
 and send leaves only the claim, which expires.
 
+What came of a push is applied only while the broker's claim on the half holds (the same broker,
+the same claim, not expired): a broker that stalled past its claim (its event loop, its store) may
+find the half claimed and checked by another broker since, or due again.  Such a late outcome is
+traced, uncounted, and changes nothing else -- no count, no new schedule, no other instance asked;
+the half's next round checks it.  The decision an answer carries is still applied, once, as any.
+
 The answer is applied exactly like a producer's own commit or rollback (``ResolvedBy.CHECK``).
 
 Every check leaves a ``CHECKED`` trace event on its half's ``msg_id`` (unless the ``trace`` setting
@@ -88,6 +94,7 @@ class CheckRequest:
 class PushCheck:
     request: CheckRequest
     instance: ProducerInstance
+    until: int  # the end of the claim this broker took for it (``assign_check``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,7 @@ class RoundReport:
     skipped_unreachable: list[str] = field(default_factory=list)
     discarded: list[tuple[str, str]] = field(default_factory=list)
     overdue: list[Overdue] = field(default_factory=list)
+    late: list[str] = field(default_factory=list)  # outcomes dropped: the claim had expired
 
 
 def _pulled_unanswered(record: TransactionRecord, live: Sequence[ProducerInstance]) -> bool:
@@ -258,15 +266,16 @@ class CheckBack:
         in_flight = policy.interval_ms
         if instance.push:
             in_flight += 2 * policy.push_timeout_ms
+        until = now + in_flight
         tx.assign_check(
             transaction_id,
             client_id=instance.client_id,
             pending_pull=not instance.push,
-            until=now + in_flight,
+            until=until,
             claimed_by=policy.broker_id,
         )
         if instance.push:
-            report.pushes.append(PushCheck(request, instance))
+            report.pushes.append(PushCheck(request, instance, until))
         else:
             report.pull_assigned[(group, instance.client_id)] += 1
 
@@ -339,22 +348,41 @@ class CheckBack:
 
     # -- what became of a push ------------------------------------------------------------------
 
-    def delivered(self, check: PushCheck, outcome: CheckOutcome) -> Callable[[StoreTx], None]:
+    def delivered(self, check: PushCheck, outcome: CheckOutcome) -> Callable[[StoreTx], bool]:
         """The producer received the check: count it, and trace what it answered (or why it did
         not).  Unless its answer decided the transaction (the caller resolves it next), check
-        again an interval later; a DISCARDED half that an operator had checked stays parked."""
+        again an interval later; a DISCARDED half that an operator had checked stays parked.
+        Only while this broker's claim holds: a late outcome is traced, uncounted, and nothing
+        else changes (the unit answers False)."""
         request = check.request
         transaction_id = request.transaction_id
         error = None if outcome.error is None else outcome.error[:_ERROR_MAX]
 
-        def unit(tx: StoreTx) -> None:
+        def unit(tx: StoreTx) -> bool:
             now = self.clock()
+            if not self._claim_holds(tx, check, now):
+                self._trace_late(tx, check, outcome, now)
+                return False
             tx.count_check(transaction_id, now, None if outcome.answer else error)
             self._trace_check(tx, request.msg_id, request, check.instance.client_id, outcome, now)
             if outcome.answer not in _DECISIONS:
                 tx.finish_check(transaction_id, now + self.policy.interval_ms)
+            return True
 
         return unit
+
+    def _claim_holds(self, tx: StoreTx, check: PushCheck, now: int) -> bool:
+        transaction_id, broker = check.request.transaction_id, self.policy.broker_id
+        return tx.holds_claim(transaction_id, broker, check.until, now)
+
+    def _trace_late(self, tx: StoreTx, check: PushCheck, outcome: CheckOutcome, now: int) -> None:
+        """The ``CHECKED`` event of an outcome that came after the claim: uncounted, and saying so."""
+        request = check.request
+        late = f"came {now - check.until} ms after this broker's claim ended: not counted"
+        error = late if outcome.error is None else f"{outcome.error}; {late}"
+        uncounted = replace(request, check_times=request.check_times - 1)
+        instance, noted = check.instance.client_id, replace(outcome, error=error)
+        self._trace_check(tx, request.msg_id, uncounted, instance, noted, now)
 
     def undelivered(
         self, check: PushCheck, outcome: CheckOutcome, *, set_aside: bool = True
@@ -370,6 +398,12 @@ class CheckBack:
             now, policy = self.clock(), self.policy
             instance, request = check.instance, check.request
             described = f"{instance.client_id}: {error}"[:_ERROR_MAX]
+            report = RoundReport()
+            if not self._claim_holds(tx, check, now):
+                # another broker may hold the half now: not ours to note, reschedule or redirect
+                self._trace_late(tx, check, outcome, now)
+                report.late.append(request.transaction_id)
+                return report
             uncounted = replace(request, check_times=request.check_times - 1)
             self._trace_check(tx, request.msg_id, uncounted, instance.client_id, outcome, now)
             if set_aside:
@@ -380,7 +414,6 @@ class CheckBack:
                     error=described,
                     now=now,
                 )
-            report = RoundReport()
             record = tx.get_transaction(request.transaction_id)
             if record is None or record.state not in _OPEN_STATES:
                 return report  # decided meanwhile: nothing left to check

@@ -163,9 +163,10 @@ class TransactionService:
         """The scheduler's round: claim up to ``limit`` due halves and decide for each."""
         return await self.store.write(self.checkback.claim_round(limit))
 
-    async def check_received(self, check: PushCheck, outcome: CheckOutcome) -> None:
-        """A push check reached its instance (see :meth:`CheckBack.delivered`)."""
-        await self.store.write(self.checkback.delivered(check, outcome))
+    async def check_received(self, check: PushCheck, outcome: CheckOutcome) -> bool:
+        """A push check reached its instance (see :meth:`CheckBack.delivered`); False when it
+        came too late to count: this broker's claim on the half had ended."""
+        return await self.store.write(self.checkback.delivered(check, outcome))
 
     async def check_undelivered(
         self, check: PushCheck, outcome: CheckOutcome, *, set_aside: bool = True
