@@ -12,6 +12,10 @@ threads, the asyncio server with a semaphore.  Checks beyond the bound wait thei
 being refused; the ones still waiting when the server closes are dropped (the broker checks again
 on its next round), so closing never waits for a burst to drain.
 
+A broker that goes away before its answer is written -- it timed out, or died -- costs one WARNING
+line naming it (:func:`connection_lost`), no traceback: the broker counts or retries the check on
+its side, and the server goes on.
+
 With credentials (a broker with the ACL on), the broker signs each check with the producer's own
 keys, and both servers verify it before anything else (:func:`refusal`): a check that is unsigned,
 signed with another key, forged, altered, older than the window or replayed is answered 401 with
@@ -23,10 +27,10 @@ broker posted to, so a proxy in front of the server must not rewrite it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
 import socket
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -91,6 +95,18 @@ def refusal_body(refused: SignatureRejected) -> bytes:
     return orjson.dumps(refused.envelope())
 
 
+def connection_lost(peer: Any, error: BaseException) -> None:
+    """The one line for a broker that closed its connection before its answer was written."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        peer = f"{peer[0]}:{peer[1]}"
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    log.warning(
+        "push check from %s: the broker closed the connection before the answer was written (%s)",
+        peer,
+        what,
+    )
+
+
 class PooledHTTPServer(ThreadingHTTPServer):
     """A :class:`ThreadingHTTPServer` whose connections are answered by a fixed set of daemon
     worker threads: the accept loop queues each connection, and a free worker takes it.
@@ -128,6 +144,15 @@ class PooledHTTPServer(ThreadingHTTPServer):
         super().server_close()
         for _ in self.workers:
             self._pending.put(None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A broker gone before its answer (reset, broken pipe) is one WARNING line; anything else
+        is the standard report."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            connection_lost(client_address, error)
+        else:
+            super().handle_error(request, client_address)
 
     def _work(self) -> None:
         while (connection := self._pending.get()) is not None:
@@ -228,8 +253,9 @@ async def start_async_server(
             response = await respond(reader)
             if response is not None:
                 writer.write(response)
-                with contextlib.suppress(ConnectionError):
-                    await writer.drain()
+                await writer.drain()
+        except ConnectionError as error:
+            connection_lost(writer.get_extra_info("peername"), error)
         finally:
             writer.close()
 

@@ -312,3 +312,91 @@ async def test_async_server_closes_promptly_and_drops_the_waiting_checks() -> No
     answered = [r for r in replies if r == (200, {"state": "COMMIT"})]
     assert (len(answered), len(replies)) == (4, 40)  # the 4 in flight finish, 36 are dropped
     assert len(gauge.seen) == 4
+
+
+# -- a broker that goes away before its answer -----------------------------------------------
+
+
+def abandon(url: str, body: bytes) -> str:
+    """POST a check as the broker does, then close the socket with a reset before the answer (a
+    broker that timed out or died); return the client's own address as ``host:port``."""
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname or "", parts.port or 0), timeout=10)
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    host, port = sock.getsockname()[:2]
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+    sock.close()
+    return f"{host}:{port}"
+
+
+def lost_connection_lines(caplog: pytest.LogCaptureFixture, peer: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "halfmq.checks" and r.levelname == "WARNING" and peer in r.getMessage()
+    ]
+
+
+def assert_one_line_no_traceback(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str], peer: str
+) -> None:
+    (line,) = lost_connection_lines(caplog, peer)
+    assert "closed the connection" in line
+    assert "Reset" in line or "Broken" in line, line
+    assert all(r.exc_info is None for r in caplog.records)
+    assert "Traceback" not in capsys.readouterr().err
+    assert "Traceback" not in caplog.text
+
+
+def test_thread_server_says_in_one_line_that_the_broker_left_before_its_answer(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level("WARNING")
+    gone, answered = threading.Event(), threading.Event()
+
+    def answer(message: Message) -> LocalTransactionState:
+        gone.wait(20)
+        answered.set()
+        return State.COMMIT_MESSAGE
+
+    server, url = start_thread_server(answer, "127.0.0.1", 0)
+    try:
+        peer = abandon(url, check_body(0))
+        gone.set()
+        assert answered.wait(20)
+        wait_until(lambda: bool(lost_connection_lines(caplog, peer)), 20, "the server's line")
+        assert post_all(url, [check_body(1)]) == [(200, {"state": "COMMIT"})], "still serving"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert_one_line_no_traceback(caplog, capsys, peer)
+
+
+async def test_async_server_says_in_one_line_that_the_broker_left_before_its_answer(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level("WARNING")
+    gone = asyncio.Event()
+
+    async def answer(message: Message) -> LocalTransactionState:
+        await asyncio.wait_for(gone.wait(), 20)
+        return State.COMMIT_MESSAGE
+
+    server, url = await start_async_server(answer, "127.0.0.1", 0)
+    try:
+        peer = await asyncio.to_thread(abandon, url, check_body(0))
+        gone.set()
+        for _ in range(200):  # bounded: the handler writes its answer and logs at once
+            if lost_connection_lines(caplog, peer):
+                break
+            await asyncio.sleep(0.1)
+        replies = await asyncio.to_thread(post_all, url, [check_body(1)])
+        assert replies == [(200, {"state": "COMMIT"})], "still serving"
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert_one_line_no_traceback(caplog, capsys, peer)
