@@ -39,6 +39,7 @@ from broker_service.domain.transactions.model import (
 from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.metrics import BrokerMetrics
+from broker_service.schedulers.failures import FailedRounds
 
 log = logging.getLogger("halfmq.checkback")
 
@@ -98,6 +99,8 @@ class CheckBackScheduler:
         # when each instance last received a check from this broker (monotonic seconds)
         self._received_at: dict[tuple[str, str], float] = {}
         self._round = RoundLog()
+        # a round a check interval: failed rounds are told in a few lines, not retried sooner
+        self.rounds = FailedRounds(log, "check round", base=interval_seconds, cap=interval_seconds)
 
     def wake(self) -> None:
         """Run the next round now (an operator asked for a check)."""
@@ -121,10 +124,10 @@ class CheckBackScheduler:
         while True:
             try:
                 await self.run_round()
-            except DomainError as error:
-                log.warning("check round failed: %s", error.message)
-            except Exception:
-                log.exception("check round failed")
+            except Exception as error:
+                self.rounds.failed(error)
+            else:
+                self.rounds.succeeded()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
             self._wake.clear()

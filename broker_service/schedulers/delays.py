@@ -1,4 +1,9 @@
-"""Moves delayed messages into their real topics when their time comes (at most ``poll`` late)."""
+"""Moves delayed messages into their real topics when their time comes (at most ``poll`` late).
+
+A round that fails (the store is down) is retried after a pause that doubles, from ``poll`` up to
+``max_pause``, and is told as :class:`~.failures.FailedRounds` tells every scheduler's: one line
+when the failures start, a reminder with their count at most once a minute, one when a round
+works again."""
 
 from __future__ import annotations
 
@@ -6,19 +11,34 @@ import asyncio
 import contextlib
 import logging
 
-from broker_service.domain.errors import DomainError
 from broker_service.domain.messages.service import MessageService
+from broker_service.schedulers.failures import REMIND_SECONDS, FailedRounds
 
 log = logging.getLogger("halfmq.delays")
+
+MAX_PAUSE_SECONDS = 5.0  # between failed rounds, at most: the releases resume this soon after
 
 
 class DelayScheduler:
     def __init__(
-        self, service: MessageService, *, poll_seconds: float = 0.25, batch: int = 1000
+        self,
+        service: MessageService,
+        *,
+        poll_seconds: float = 0.25,
+        batch: int = 1000,
+        max_pause_seconds: float = MAX_PAUSE_SECONDS,
+        remind_seconds: float = REMIND_SECONDS,
     ) -> None:
         self.service = service
         self.poll = poll_seconds
         self.batch = batch
+        self.rounds = FailedRounds(
+            log,
+            "releasing delayed messages",
+            base=poll_seconds,
+            cap=max_pause_seconds,
+            remind_seconds=remind_seconds,
+        )
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -33,17 +53,19 @@ class DelayScheduler:
 
     async def _loop(self) -> None:
         while True:
-            pause = self.poll
-            try:
-                report = await self.service.release_due(self.batch)
-                if report.released >= self.batch:
-                    continue  # more are due: go on at once
-                if report.next_due is not None:
-                    pause = min(
-                        self.poll, max(0.0, (report.next_due - self.service.clock()) / 1000)
-                    )
-            except DomainError as error:
-                log.warning("releasing delayed messages failed: %s", error.message)
-            except Exception:
-                log.exception("releasing delayed messages failed")
+            pause = await self.run_round()
             await asyncio.sleep(pause)
+
+    async def run_round(self) -> float:
+        """Release what is due (up to ``batch``); return the pause before the next round: none
+        when more are due, until the next due (at most ``poll``), longer after failures."""
+        try:
+            report = await self.service.release_due(self.batch)
+        except Exception as error:
+            return self.rounds.failed(error)
+        self.rounds.succeeded()
+        if report.released >= self.batch:
+            return 0.0  # more are due: go on at once
+        if report.next_due is None:
+            return self.poll
+        return min(self.poll, max(0.0, (report.next_due - self.service.clock()) / 1000))

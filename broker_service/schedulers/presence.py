@@ -1,7 +1,8 @@
 """This broker's beat: its row in the store renewed every ``broker_beat_seconds``, the first at
 once (:class:`~broker_service.domain.brokers.service.PresenceService`), so that the brokers
-sharing the store can be listed.  A failed beat is retried at the next; the failure is logged
-when it starts and when it ends, not at every beat."""
+sharing the store can be listed.  A failed beat is retried at the next; the failures are told as
+:class:`~.failures.FailedRounds` tells every scheduler's: when they start, a reminder at most once
+a minute, and when they end."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import contextlib
 import logging
 
 from broker_service.domain.brokers.service import PresenceService
-from broker_service.domain.errors import DomainError
-from broker_service.logs import redact
+from broker_service.schedulers.failures import FailedRounds
 
 log = logging.getLogger("halfmq.presence")
 
@@ -21,7 +21,13 @@ class PresenceScheduler:
         self.service = service
         self.interval = interval_seconds
         self._task: asyncio.Task[None] | None = None
-        self._failing = False
+        # a beat is this broker's sign of life: never further apart than the interval
+        self.beats = FailedRounds(
+            log,
+            "recording this broker's presence in the store",
+            base=interval_seconds,
+            cap=interval_seconds,
+        )
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="halfmq-presence")
@@ -41,17 +47,7 @@ class PresenceScheduler:
     async def beat(self) -> None:
         try:
             await self.service.beat()
-        except DomainError as error:  # not ready (schema, store down): said by the store too
-            self._failed(error.message)
-            return
-        except Exception as error:
-            self._failed(repr(error))
-            return
-        if self._failing:
-            self._failing = False
-            log.info("this broker's presence is recorded in the store again")
-
-    def _failed(self, reason: str) -> None:
-        if not self._failing:
-            self._failing = True
-            log.warning("recording this broker's presence in the store failed: %s", redact(reason))
+        except Exception as error:  # not ready (schema, store down): said by the store too
+            self.beats.failed(error)
+        else:
+            self.beats.succeeded()
