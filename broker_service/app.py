@@ -203,7 +203,9 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         retention=retention,
         audit=AuditService(store, clock),
         presence=presence,
-        beats=PresenceScheduler(presence, interval_seconds=settings.broker_beat_seconds),
+        beats=PresenceScheduler(
+            presence, interval_seconds=settings.broker_beat_seconds, probe=store.ping
+        ),
         delays=DelayScheduler(messages),
         checks=checks,
         purges=purges,

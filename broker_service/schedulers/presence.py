@@ -2,24 +2,40 @@
 once (:class:`~broker_service.domain.brokers.service.PresenceService`), so that the brokers
 sharing the store can be listed.  A failed beat is retried at the next; the failures are told as
 :class:`~.failures.FailedRounds` tells every scheduler's: when they start, a reminder at most once
-a minute, and when they end."""
+a minute, and when they end.
+
+The beat also makes a broker that is not ready (it started while its store could not be reached:
+a PostgreSQL with no primary) ready again by itself: a beat refused ``NOT_READY`` has the store
+looked at again (``probe``, the readiness probe ``/readyz`` runs), and beats at once if it is
+ready now.  Without it only a request to ``/readyz`` or ``/metrics`` would, so a broker that
+nothing probes would refuse every request, however long its store had been back."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from broker_service.domain.brokers.service import PresenceService
+from broker_service.domain.errors import NotReady
+from broker_service.domain.ports import Readiness
 from broker_service.schedulers.failures import FailedRounds
 
 log = logging.getLogger("halfmq.presence")
 
 
 class PresenceScheduler:
-    def __init__(self, service: PresenceService, *, interval_seconds: float) -> None:
+    def __init__(
+        self,
+        service: PresenceService,
+        *,
+        interval_seconds: float,
+        probe: Callable[[], Awaitable[Readiness]] | None = None,
+    ) -> None:
         self.service = service
         self.interval = interval_seconds
+        self.probe = probe
         self._task: asyncio.Task[None] | None = None
         # a beat is this broker's sign of life: never further apart than the interval
         self.beats = FailedRounds(
@@ -46,7 +62,13 @@ class PresenceScheduler:
 
     async def beat(self) -> None:
         try:
-            await self.service.beat()
+            try:
+                await self.service.beat()
+            except NotReady:
+                if self.probe is None or not (await self.probe()).ready:
+                    raise
+                log.info("the store is ready again: this broker serves")
+                await self.service.beat()
         except Exception as error:  # not ready (schema, store down): said by the store too
             self.beats.failed(error)
         else:

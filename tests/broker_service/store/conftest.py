@@ -1,0 +1,29 @@
+"""Fixtures of the store tests that build their own PostgreSQL cluster (``halfmq.pg_cluster``: the
+machine's binaries, free loopback ports, never the machine's own cluster)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from halfmq.pg_cluster import PgCluster, missing_tools
+
+
+def require_cluster_tools() -> None:
+    """Skip the test when a cluster cannot be built here -- fail it under ``CI=true``."""
+    missing = missing_tools()
+    if missing:
+        message = f"a PostgreSQL cluster cannot be built here: missing {'; '.join(missing)}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture
+def cluster() -> Iterator[PgCluster]:
+    """A primary and its synchronous standby, stopped and removed afterwards."""
+    require_cluster_tools()
+    with PgCluster.create() as made:
+        yield made
