@@ -6,6 +6,8 @@ still applied once (``resolve`` refuses a second one), which these tests do not 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -20,8 +22,13 @@ from broker_service.domain.transactions.model import (
     CheckOutcome,
     TransactionRecord,
 )
+from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
+from broker_service.metrics import BrokerMetrics
+from broker_service.schedulers.checkback import CheckBackScheduler
 from broker_service.store.sql_store import SqlStore
+from framework.checkserver import start_thread_server
+from framework.message import LocalTransactionState, Message
 from tests.broker_service.domain.conftest import Clock
 from tests.support import open_store
 
@@ -147,3 +154,46 @@ async def test_a_late_undelivered_check_does_not_take_the_claim_back(brokers: Br
     record = await brokers.record(brokers.txid)
     assert record.check_client_id == check_b.instance.client_id
     assert record.undelivered_since is None
+
+
+async def test_the_scheduler_logs_an_answer_that_came_after_its_claim(
+    brokers: Brokers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """End to end over real HTTP: broker A's scheduler pushes the check to the framework's check
+    server, whose answer comes once A's claim has ended (the clock moves past it while the check
+    is in flight, as in a stall); A logs it as late and counts nothing."""
+    caplog.set_level(logging.INFO, logger="halfmq.checkback")
+    await brokers.messages.create_topic("transfers", 1, False)
+    receipt = await brokers.a.prepare("transfers", MessageDraft(b"t"), "bob", None)
+
+    def answer(message: Message) -> LocalTransactionState:
+        brokers.clock.advance(CLAIM_MS + 1)
+        return LocalTransactionState.UNKNOW
+
+    server, url = start_thread_server(answer, "127.0.0.1", 0)
+    scheduler = CheckBackScheduler(
+        brokers.a,
+        BrokerMetrics(),
+        PullHub(),
+        interval_seconds=3600,
+        push_timeout_seconds=10,
+        round_max=10,
+    )
+    try:
+        await brokers.a.heartbeat("bob", "bob-1", url, ["transfers"], source="127.0.0.1")
+        brokers.clock.advance(TIMEOUT_MS)
+        scheduler.start()
+        for _ in range(400):  # bounded: one round, one push
+            if any("claim ended" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await scheduler.stop()
+        server.shutdown()
+        server.server_close()
+
+    (late,) = [r for r in caplog.records if "claim ended" in r.getMessage()]
+    assert late.levelno == logging.WARNING
+    assert late.getMessage().startswith(f"answer UNKNOWN of the check of {receipt.transaction_id}")
+    assert "not counted" in late.getMessage()
+    assert (await brokers.record(receipt.transaction_id)).check_times == 0
