@@ -28,7 +28,12 @@ import orjson
 
 from broker_service.acl.signature import sign
 from broker_service.domain.errors import DomainError
-from broker_service.domain.transactions.checkback import PushCheck, RoundReport, check_payload
+from broker_service.domain.transactions.checkback import (
+    PushCheck,
+    RoundReport,
+    check_payload,
+    claim_gone,
+)
 from broker_service.domain.transactions.model import (
     CheckFailure,
     CheckOutcome,
@@ -307,12 +312,11 @@ class CheckBackScheduler:
         self._round.check(
             "late",
             logging.WARNING,
-            "%s of the check of %s at %s came after this broker's claim ended (%d ms ago): "
-            "not counted, the half's next round checks it",
+            "%s of the check of %s at %s %s: not counted, the half's next round checks it",
             what,
             check.request.transaction_id,
             check.instance.client_id,
-            self.service.clock() - check.until,
+            claim_gone(self.service.clock(), check.until),
         )
 
     async def _undelivered(self, check: PushCheck, outcome: CheckOutcome) -> PushCheck | None:

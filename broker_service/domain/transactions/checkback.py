@@ -173,6 +173,14 @@ def check_request(record: TransactionRecord, half: StoredMessage, check_times: i
     )
 
 
+def claim_gone(now: int, until: int) -> str:
+    """Why an outcome came too late: its claim ran out, or (before its end) an operator's "check
+    now" released it."""
+    if now >= until:
+        return f"came {now - until} ms after this broker's claim ended"
+    return "came after this broker's claim was released (an operator's check now)"
+
+
 class CheckBack:
     def __init__(self, policy: CheckPolicy, clock: Callable[[], int]) -> None:
         self.policy = policy
@@ -378,7 +386,7 @@ class CheckBack:
     def _trace_late(self, tx: StoreTx, check: PushCheck, outcome: CheckOutcome, now: int) -> None:
         """The ``CHECKED`` event of an outcome that came after the claim: uncounted, and saying so."""
         request = check.request
-        late = f"came {now - check.until} ms after this broker's claim ended: not counted"
+        late = f"{claim_gone(now, check.until)}: not counted"
         error = late if outcome.error is None else f"{outcome.error}; {late}"
         uncounted = replace(request, check_times=request.check_times - 1)
         instance, noted = check.instance.client_id, replace(outcome, error=error)

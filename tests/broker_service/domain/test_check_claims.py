@@ -156,6 +156,24 @@ async def test_a_late_undelivered_check_does_not_take_the_claim_back(brokers: Br
     assert record.undelivered_since is None
 
 
+async def test_an_answer_after_an_operators_check_now_leaves_the_forced_check(
+    brokers: Brokers,
+) -> None:
+    check = await brokers.half_checked_by_a()
+    await brokers.a.check_now(brokers.txid, "ops")  # releases the claim: checked again now
+    forced_at = brokers.clock.now
+    brokers.clock.advance(100)
+
+    await brokers.a.check_received(check, UNKNOWN)
+
+    record = await brokers.record(brokers.txid)
+    assert record.check_times == 0
+    assert record.next_check_at == forced_at, "the operator's check is still due"
+    (late,) = [c for c in (await brokers.a.checks(brokers.txid)).checks if c.answer]
+    assert late.error is not None
+    assert "released" in late.error
+
+
 async def test_the_scheduler_logs_an_answer_that_came_after_its_claim(
     brokers: Brokers, caplog: pytest.LogCaptureFixture
 ) -> None:
