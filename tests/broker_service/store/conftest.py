@@ -22,8 +22,13 @@ def require_cluster_tools() -> None:
 
 
 @pytest.fixture
-def cluster() -> Iterator[PgCluster]:
-    """A primary and its synchronous standby, stopped and removed afterwards."""
+def cluster_tools() -> None:
+    """For a test that builds its cluster itself: skipped (failed under CI) without the tools."""
     require_cluster_tools()
+
+
+@pytest.fixture
+def cluster(cluster_tools: None) -> Iterator[PgCluster]:
+    """A primary and its synchronous standby, stopped and removed afterwards."""
     with PgCluster.create() as made:
         yield made

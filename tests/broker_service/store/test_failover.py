@@ -5,12 +5,11 @@ nothing resolved twice; their schedulers carry on on the new primary, one broker
 
 The cluster is built from the machine's PostgreSQL binaries (``halfmq.pg_cluster``) on free
 loopback ports; the machine's own cluster is not touched.  Without the binaries the test skips
-locally and fails under ``CI=true``.
+locally and fails under ``CI=true`` (the ``cluster_tools`` fixture, conftest.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import Counter
@@ -22,7 +21,6 @@ from sqlalchemy import create_engine, select
 
 from broker_service.store.schema import transactions
 from halfmq.failover_drill import WRITES, Answer, Drill, Failover
-from halfmq.pg_cluster import missing_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -30,13 +28,7 @@ PASSWORD = "failover-s3cret"  # in the brokers' URL: it must appear in no log li
 
 
 @pytest.fixture
-def drill(tmp_path: Path) -> Drill:
-    missing = missing_tools()
-    if missing:
-        message = f"a PostgreSQL cluster cannot be built here: missing {'; '.join(missing)}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+def drill(tmp_path: Path, cluster_tools: None) -> Drill:
     return Drill(tmp_path, brokers=2, workers=12, password=PASSWORD)
 
 
