@@ -170,11 +170,15 @@ def reconcile(
     memory: str,
     event_log: Path | None = None,
     conf: list[str] | None = None,
+    remote: str | None = None,
 ) -> float:
     shutil.rmtree(out, ignore_errors=True)
     args = [sys.executable, "-m", "spark_reconcile", "--date", spec.day.isoformat()]
-    args += [*source, "--out", str(out), "--as-of", str(spec.as_of), "--master", "local[2]"]
-    args += ["--driver-memory", memory, "--jdbc-partitions", "8"]
+    args += [*source, "--out", str(out), "--as-of", str(spec.as_of), "--jdbc-partitions", "8"]
+    if remote:  # the server's own driver, memory and event log (started with them)
+        args += ["--remote", remote]
+    else:
+        args += ["--master", "local[2]", "--driver-memory", memory]
     for setting in conf or []:
         args += ["--conf", setting]
     started = time.perf_counter()
@@ -217,6 +221,11 @@ def main() -> None:
         default=[],
         help="KEY=VALUE passed to the job's --conf (repeat), to compare settings on one code",
     )
+    parser.add_argument(
+        "--remote",
+        help="sc://HOST:PORT: run the job on this Spark Connect server (started beforehand, "
+        "see README.md) instead of a fresh local[2] driver",
+    )
     opts = parser.parse_args()
     opts.work.mkdir(parents=True, exist_ok=True)
     spark = session(opts.memory)
@@ -238,7 +247,9 @@ def main() -> None:
             log(f"N={n:,}: reconciling from {source}")
             out = opts.work / f"out-{source}-{n}"
             log_dir = opts.event_log / f"{source}-{n}" if opts.event_log else None
-            times[source, n] = reconcile(spec, args, out, opts.memory, log_dir, opts.conf)
+            times[source, n] = reconcile(
+                spec, args, out, opts.memory, log_dir, opts.conf, opts.remote
+            )
             log(f"  {source} N={n:,}: {times[source, n]:.1f} s (anomalies as planted)")
     spark.stop()
     print("\nsource    transactions   seconds")

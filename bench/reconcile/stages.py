@@ -81,6 +81,53 @@ def app(path: Path) -> App:
     return found
 
 
+@dataclasses.dataclass
+class Job:
+    job_id: int
+    call_site: str = ""
+    stages: int = 0  # stages of the job that ran (the others were skipped: shuffle reused)
+    tasks: int = 0
+    submitted_ms: int = 0
+    ended_ms: int = 0
+
+
+def jobs(path: Path) -> list[Job]:
+    """Each job: where the driver started it, how many of its stages and tasks ran, and when."""
+    found: dict[int, Job] = {}
+    stage_job: dict[int, int] = {}
+    for event in events(path):
+        kind = event["Event"]
+        if kind == "SparkListenerJobStart":
+            job = found.setdefault(event["Job ID"], Job(event["Job ID"]))
+            job.submitted_ms = event["Submission Time"]
+            props = event.get("Properties") or {}
+            job.call_site = props.get("callSite.short", "") or ""
+            for stage_id in event.get("Stage IDs", []):
+                stage_job[stage_id] = job.job_id
+        elif kind == "SparkListenerJobEnd":
+            found.setdefault(event["Job ID"], Job(event["Job ID"])).ended_ms = event[
+                "Completion Time"
+            ]
+        elif kind == "SparkListenerStageCompleted":
+            info = event["Stage Info"]
+            if info["Stage ID"] in stage_job:
+                job = found[stage_job[info["Stage ID"]]]
+                job.stages += 1
+                job.tasks += info.get("Number of Tasks", 0)
+    return sorted(found.values(), key=lambda j: j.job_id)
+
+
+def job_table(found: list[Job], started_ms: int) -> str:
+    lines = [f"{'job':>4} {'at s':>7} {'took s':>7} {'stages':>6} {'tasks':>5}  call site"]
+    for j in found:
+        lines.append(
+            f"{j.job_id:>4} {(j.submitted_ms - started_ms) / 1000:>7.1f} "
+            f"{(j.ended_ms - j.submitted_ms) / 1000:>7.1f} {j.stages:>6} {j.tasks:>5}  "
+            f"{j.call_site[:70]}"
+        )
+    return "\n".join(lines)
+
+
 def stages(path: Path) -> list[Stage]:
     found: dict[int, Stage] = {}
     for event in events(path):
@@ -149,7 +196,9 @@ def table(found: list[Stage]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=Path, help="an event log, or a directory of them (newest)")
-    path = newest(parser.parse_args().log)
+    parser.add_argument("--jobs", action="store_true", help="list the jobs too")
+    opts = parser.parse_args()
+    path = newest(opts.log)
     print(path)
     print(table(stages(path)))
     span = app(path)
@@ -159,6 +208,8 @@ def main() -> None:
             f"from its start to its end, the first job "
             f"{(span.first_job_ms - span.started_ms) / 1000:.1f} s after the start"
         )
+    if opts.jobs:
+        print(job_table(jobs(path), span.started_ms))
 
 
 if __name__ == "__main__":
