@@ -48,6 +48,14 @@ SUBSCRIPTION_COLUMNS = {
     "created_at": "long",
 }
 ACK_COLUMNS = {"consumer_group": "string", "msg_id": "string"}
+# What the job reads of the export's tables, typed as ``halfmq export`` writes them (a test
+# compares them with its Arrow schema): given to the reader, Spark runs no job to infer them.
+EXPORT_READ = {
+    "transactions": TRANSACTION_COLUMNS,
+    "messages": MESSAGE_COLUMNS,
+    "deliveries": {**ACK_COLUMNS, "state": "string", "delivered_at": "long"},
+    "subscriptions": SUBSCRIPTION_COLUMNS,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,11 +225,17 @@ def _dates(start: int, end: int) -> tuple[dt.date, dt.date]:
     return first, last
 
 
+def export_schema(table: str) -> str:
+    """The columns the job reads of an exported table and its ``date`` partition, as DDL."""
+    columns = [f"{name} {kind}" for name, kind in EXPORT_READ[table].items()]
+    return ", ".join([*columns, "date date"])
+
+
 def _export_table(spark: SparkSession, root: str, table: str, start: int, end: int) -> DataFrame:
     """The date partitions of an exported table that overlap ``[start, end)``."""
     first, last = _dates(start, end)
     path = f"{root.rstrip('/')}/{table}"
-    df = spark.read.parquet(path)
+    df = spark.read.schema(export_schema(table)).parquet(path)
     return df.where(F.col("date").between(F.lit(first), F.lit(last)))
 
 

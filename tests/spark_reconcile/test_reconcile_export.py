@@ -13,7 +13,9 @@ if os.environ.get("CI") != "true":
 
 from reconcile_helpers import migrate
 
-from spark_reconcile.export import export_day
+from broker_service.store import schema
+from spark_reconcile.export import arrow_schema, export_day
+from spark_reconcile.extract import EXPORT_READ
 
 DAY = dt.date(2026, 11, 20)
 
@@ -30,3 +32,12 @@ def test_export_of_an_older_day_leaves_the_watermark(tmp_path: Path) -> None:
     assert not skipped.watermark_advanced
     assert skipped.rows["messages"] == 0
     assert (tmp_path / "export" / "transactions" / f"date={DAY + dt.timedelta(days=2)}").exists()
+
+
+def test_the_job_reads_the_export_with_its_own_types() -> None:
+    """The job gives the export's schema to Spark (no job to infer it): each column it reads has
+    the type ``halfmq export`` writes, and the export has every column it reads."""
+    spark_type = {"string": "string", "int32": "int", "int64": "long", "bool": "boolean"}
+    for table, columns in EXPORT_READ.items():
+        written = arrow_schema(schema.metadata.tables[table])
+        assert {c: spark_type[str(written.field(c).type)] for c in columns} == columns
