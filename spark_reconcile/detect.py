@@ -26,15 +26,19 @@ def detect(
     thresholds: Thresholds,
     keep: Callable[[DataFrame], DataFrame] = lambda df: df,
 ) -> DataFrame:
-    """The union of every registered kind's anomalies, with the business id mapped from the keys
-    where a kind did not set it.  ``keep`` is given the frames several kinds read (the view of
-    the transactions, the dead letters, the books): the job persists them so each is computed
-    once."""
+    """The union of every registered kind's anomalies, completed with their halves' keys (and
+    tags, for the kinds that test them), with the business id mapped from the keys where a kind
+    did not set it.  ``keep`` is given the frames read more than once (the view of the
+    transactions, the dead letters, the books, the rows found before completing them): the job
+    persists them so each is computed once."""
     view = keep(A.transaction_view(transactions, messages, scheduled, window))
     dead = keep(A.dead_letters(view, dlq, acks))
-    books = None if ledger is None else keep(A.ledger_view(view, ledger, window, mapping))
+    books = None
+    if ledger is not None:
+        books = keep(A.ledger_view(A.with_half(view, messages), ledger, window, mapping))
     limits = A.Limits(window.as_of, thresholds)
     evidence = A.Evidence(view, dead, subscriptions, acks, books, limits)
-    every = reduce(DataFrame.unionByName, A.find_all(evidence))
+    found = keep(reduce(DataFrame.unionByName, A.find_all(evidence)))
+    every = A.completed(found, messages)
     mapped = A.business_id(F.col("keys"), mapping)
     return every.withColumn("business_id", F.coalesce(F.col("business_id"), mapped))

@@ -47,7 +47,7 @@ from spark_reconcile.anomalies.ledgers import (
     ledger_view,
 )
 from spark_reconcile.anomalies.registry import KINDS, REGISTRY, SEVERITY, anomaly, find_all
-from spark_reconcile.anomalies.rows import ANOMALY_COLUMNS, shaped
+from spark_reconcile.anomalies.rows import ANOMALY_COLUMNS, completed, shaped
 from spark_reconcile.anomalies.store import (
     COMMIT_WITHOUT_REAL,
     DISCARDED,
@@ -71,7 +71,14 @@ from spark_reconcile.anomalies.topics import (
     RETRY_PREFIX,
     SCHEDULE_TOPIC,
 )
-from spark_reconcile.anomalies.view import VIEW_TRANSACTION_COLUMNS, business_id, transaction_view
+from spark_reconcile.anomalies.view import (
+    HALF_ID,
+    VIEW_TRANSACTION_COLUMNS,
+    business_id,
+    halves,
+    transaction_view,
+    with_half,
+)
 
 __all__ = [
     "ACK_LAG",
@@ -89,6 +96,7 @@ __all__ = [
     "DLQ_PREFIX",
     "DOUBLE_CREDIT",
     "DUPLICATE_REAL",
+    "HALF_ID",
     "HALF_TOPIC",
     "INFO",
     "KINDS",
@@ -112,6 +120,7 @@ __all__ = [
     "anomaly",
     "business_id",
     "commit_without_real",
+    "completed",
     "credit_for_rolled_back",
     "credit_without_debit",
     "dead_letter_resolved",
@@ -122,6 +131,7 @@ __all__ = [
     "double_credit",
     "duplicate_reals",
     "find_all",
+    "halves",
     "ledger_view",
     "real_without_commit",
     "rollback_with_real",
@@ -129,4 +139,5 @@ __all__ = [
     "store_anomalies",
     "stuck_halves",
     "transaction_view",
+    "with_half",
 ]

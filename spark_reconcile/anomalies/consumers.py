@@ -32,8 +32,9 @@ from spark_reconcile.anomalies.kind import (
     Limits,
     Source,
 )
-from spark_reconcile.anomalies.rows import rows_of
+from spark_reconcile.anomalies.rows import TAG_FILTER, completed, rows_of
 from spark_reconcile.anomalies.topics import DLQ_PREFIX
+from spark_reconcile.anomalies.view import HALF_ID
 from spark_reconcile.config import Thresholds
 from spark_reconcile.scenario import Scenario
 
@@ -57,7 +58,7 @@ def dead_letters(view: DataFrame, dlq: DataFrame, acks: DataFrame) -> DataFrame:
     by_origin = real.join(F.broadcast(copies), real["real_id"] == copies["origin_id"])
     pairs = (
         by_msg.unionByName(by_origin)
-        .groupBy("transaction_id", "msg_id", "keys", "created_at", "consumer_group")
+        .groupBy("transaction_id", "msg_id", HALF_ID, "created_at", "consumer_group")
         .agg(F.min("dlq_at").alias("dlq_at"))
     )
     # The dead letters are few: the acks are scanned once against them, not joined whole.
@@ -72,16 +73,17 @@ def dead_letters(view: DataFrame, dlq: DataFrame, acks: DataFrame) -> DataFrame:
     )
 
 
-def _subscribed(expression: Column, tags: Column) -> Column:
-    """RocketMQ's tag expression: ``*`` (or empty) takes all, else ``TagA || TagB``."""
-    every = expression.isNull() | (F.trim(expression) == "") | (F.trim(expression) == "*")
-    listed = F.exists(F.split(expression, r"\|\|"), lambda t: F.trim(t) == tags)
-    return every | F.coalesce(listed, F.lit(False))
+def _every_tag(expression: Column) -> Column:
+    """RocketMQ's tag expression ``*`` (or empty) takes all; else it lists ``TagA || TagB``
+    (``rows.tags_listed``)."""
+    return expression.isNull() | (F.trim(expression) == "") | (F.trim(expression) == "*")
 
 
 def _expected_acks(view: DataFrame, subscriptions: DataFrame, before: int) -> DataFrame:
-    """(real message, group) pairs: each real message stored before ``before`` with every group
-    subscribed to its topic (and tag) when it was stored."""
+    """(real message, group) pairs, narrow -- the group, the message's ids and times: each real
+    message stored before ``before`` with every group subscribed to its topic when it was
+    stored.  A subscription to some tags only leaves its expression in ``TAG_FILTER``: the
+    tags are the half's, tested by ``rows.completed`` on the few pairs reported."""
     real = view.where((F.col("real_count") > 0) & (F.col("real_at") < before))
     subs = subscriptions.select(
         F.col("consumer_group"),
@@ -89,20 +91,31 @@ def _expected_acks(view: DataFrame, subscriptions: DataFrame, before: int) -> Da
         "expression",
         F.col("created_at").alias("subscribed_at"),
     )
-    return real.join(F.broadcast(subs), real["topic"] == subs["sub_topic"]).where(
-        (F.col("subscribed_at") <= F.col("real_at"))
-        & _subscribed(F.col("expression"), F.col("tags"))
+    expression = F.col("expression")
+    return (
+        real.join(F.broadcast(subs), real["topic"] == subs["sub_topic"])
+        .where(F.col("subscribed_at") <= F.col("real_at"))
+        .select(
+            "consumer_group",
+            "msg_id",
+            "transaction_id",
+            "created_at",
+            "real_at",
+            HALF_ID,
+            F.when(~_every_tag(expression), expression).alias(TAG_FILTER),
+        )
     )
 
 
 def _pending_acks(evidence: Evidence) -> DataFrame:
     """The expected acks past the ack-lag threshold that no ack answers; dead-lettered pairs
-    are left out (reported as such)."""
+    are left out (reported as such).  The pairs subscribed to some tags only are kept here and
+    tested by ``rows.completed``."""
     limits = evidence.limits
     before = limits.as_of - limits.thresholds.ack_lag_ms
     expected = _expected_acks(evidence.view, evidence.subscriptions, before)
-    # A shuffled hash join: at 10M the acks are too big to broadcast, and a sort-merge join
-    # sorted both 10M-row sides only to find the few not acked.
+    # A shuffled hash join of the narrow pairs: at 10M the acks are too big to broadcast, and a
+    # sort-merge join sorted both 10M-row sides only to find the few not acked.
     acked = evidence.acks.select("consumer_group", "msg_id").hint("shuffle_hash")
     return expected.join(acked, ["consumer_group", "msg_id"], "left_anti").join(
         F.broadcast(evidence.dead.select("consumer_group", "msg_id")),
@@ -197,13 +210,15 @@ def ack_lag(
     subscriptions: DataFrame,
     acks: DataFrame,
     dead: DataFrame,
+    messages: DataFrame,
     *,
     as_of: int,
     older_than: int,
 ) -> DataFrame:
+    """The ``ack_lag`` rows, completed (``messages`` holds the halves: keys, tags)."""
     limits = Limits(as_of, Thresholds(ack_lag_ms=older_than))
     evidence = Evidence(view, dead, subscriptions, acks, None, limits)
-    return rows_of(_pending_acks(evidence), _BY_NAME[ACK_LAG], limits)
+    return completed(rows_of(_pending_acks(evidence), _BY_NAME[ACK_LAG], limits), messages)
 
 
 def dead_lettered(dead: DataFrame) -> DataFrame:

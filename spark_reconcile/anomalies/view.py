@@ -104,10 +104,21 @@ VIEW_TRANSACTION_COLUMNS = (
 )  # what the checks read: the others are neither read from the source, shuffled nor cached
 
 
+HALF_ID = "half_id"  # the view's link to its half (a message id): keys and tags stay there
+
+
+def halves(messages: DataFrame) -> DataFrame:
+    """The halves among ``messages``: their id (the view's ``half_id``), keys and tags."""
+    return messages.where(F.col("topic") == HALF_TOPIC).select(
+        F.col("id").alias(HALF_ID), "keys", "tags"
+    )
+
+
 def _counts(messages: DataFrame, scheduled: DataFrame) -> DataFrame:
     """Per transaction id, in one pass over its messages with numeric aggregates only (so Spark
-    keeps a hash aggregation): its commit and rollback op records, the first one's time, and its
-    real messages -- a parked one counting until a released copy replaces it."""
+    keeps a hash aggregation): its half's id, its commit and rollback op records, the first
+    one's time, and its real messages -- a parked one counting until a released copy replaces
+    it."""
     parked_ids = scheduled.where(_parked_real(F.col("topic"))).select(
         F.col("id").alias("origin_id"), F.lit(True).alias("copies_parked")
     )
@@ -125,6 +136,7 @@ def _counts(messages: DataFrame, scheduled: DataFrame) -> DataFrame:
         )
         .groupBy("transaction_id")
         .agg(
+            F.min(F.when(role == ROLE_HALF, F.col("id"))).alias(HALF_ID),
             F.count(F.when(role == ROLE_COMMIT, 1)).alias("commit_ops"),
             F.count(F.when(role == ROLE_ROLLBACK, 1)).alias("rollback_ops"),
             F.min(F.when(role.isin(ROLE_COMMIT, ROLE_ROLLBACK), F.col("stored_at"))).alias("op_at"),
@@ -149,22 +161,27 @@ def _counts(messages: DataFrame, scheduled: DataFrame) -> DataFrame:
 def transaction_view(
     transactions: DataFrame, messages: DataFrame, scheduled: DataFrame, window: Window
 ) -> DataFrame:
-    """One row per transaction created in the window: its state, its half's keys and tags, how
-    many commit / rollback op records and real messages it has, and when.
+    """One row per transaction created in the window: its state, its half's id (``half_id``),
+    how many commit / rollback op records and real messages it has, and when.
 
-    The counts come from ``_counts``; the keys and tags from the half, joined.  A delayed real
-    message parked in SCHEDULE_TOPIC_XXXX (``scheduled``: those rows, few) counts as the real
-    message until a released copy (``origin_id`` = the parked row) replaces it."""
+    The counts come from ``_counts``: the messages and the transactions are shuffled once each,
+    by transaction id, and joined without sorting (a hash join on the counts).  The half's keys
+    and tags are not carried: ``with_half`` joins them to the view when every row needs them
+    (the ledgers' books), ``rows.completed`` to the few rows reported.  A delayed real message
+    parked in SCHEDULE_TOPIC_XXXX (``scheduled``: those rows, few) counts as the real message
+    until a released copy (``origin_id`` = the parked row) replaces it."""
     counts = _counts(messages, scheduled)
-    halves = messages.where(F.col("topic") == HALF_TOPIC).select("transaction_id", "keys", "tags")
     day = transactions.where(
         (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
     ).select(*VIEW_TRANSACTION_COLUMNS)
-    return (
-        day.join(counts, "transaction_id", "left")
-        .join(halves, "transaction_id", "left")
-        .fillna(0, ["commit_ops", "rollback_ops", "real_count"])
+    return day.join(counts.hint("shuffle_hash"), "transaction_id", "left").fillna(
+        0, ["commit_ops", "rollback_ops", "real_count"]
     )
+
+
+def with_half(view: DataFrame, messages: DataFrame) -> DataFrame:
+    """The view with its half's keys and tags, every row (a join of the whole view)."""
+    return view.join(halves(messages), HALF_ID, "left")
 
 
 def _view(evidence: Evidence) -> DataFrame:

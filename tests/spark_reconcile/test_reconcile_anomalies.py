@@ -23,7 +23,7 @@ from reconcile_helpers import (
 )
 
 from spark_reconcile import anomalies as A
-from spark_reconcile.anomalies.rows import one_pass, rows_of
+from spark_reconcile.anomalies.rows import INTERNAL, one_pass, rows_of
 from spark_reconcile.config import HOUR_MS, KeyMapping, Window
 from spark_reconcile.scenario import Scenario
 
@@ -103,8 +103,47 @@ def test_view_folds_the_messages_of_each_transaction_of_the_day(frame: Any) -> N
     assert set(rows) == {"ok"}
     ok = rows["ok"]
     assert (ok["commit_ops"], ok["rollback_ops"], ok["real_count"]) == (1, 0, 1)
-    assert ok["keys"] == keys("biz-ok")
-    assert ok["tags"] == "TagA"
+    assert ok["half_id"] == 1  # the half's message id: its keys and tags stay with it
+    assert not {"keys", "tags"} & set(ok.asDict())
+    halved = A.with_half(s.view(frame), s.frame(frame)).collect()
+    assert [(r["keys"], r["tags"]) for r in halved] == [(keys("biz-ok"), "TagA")]
+
+
+def test_completed_fetches_the_keys_of_the_rows_found_and_tests_their_tags(frame: Any) -> None:
+    """The rows found carry their half's id: ``completed`` gives them its keys, keeps a row
+    with a tag filter only if the half's tags pass it, and leaves keys a kind set alone."""
+    s = Store()
+    s.tx("stuck", "PREPARED")
+    s.tx("tagged", "PREPARED")
+    s.tx("untagged", "PREPARED")
+    s.tx("own_keys", "PREPARED")
+    longs = {"created_at", "event_at"}
+    columns = [f"{c} {'long' if c in longs else 'string'}" for c in A.ANOMALY_COLUMNS]
+    shape = ", ".join([*columns, "half_id long", "tag_filter string"])
+    base = dict.fromkeys(A.ANOMALY_COLUMNS)
+
+    def row(tx: str, half_id: int | None, tag_filter: str | None, **extra: Any) -> tuple[Any, ...]:
+        values = {**base, "kind": "k", "transaction_id": tx, **extra}
+        return (*(values[c] for c in A.ANOMALY_COLUMNS), half_id, tag_filter)
+
+    found_rows = frame(
+        shape,
+        [
+            row("stuck", 1, None),
+            row("tagged", 2, "TagB || TagA"),
+            row("untagged", 3, "TagB"),
+            row("own_keys", None, None, keys="mine"),
+            row("no_half", 99, None),
+        ],
+    )
+    done = A.completed(found_rows, s.frame(frame))
+    assert done.columns == list(A.ANOMALY_COLUMNS)
+    assert {r["transaction_id"]: r["keys"] for r in done.collect()} == {
+        "stuck": keys("biz-stuck"),
+        "tagged": keys("biz-tagged"),
+        "own_keys": "mine",
+        "no_half": None,
+    }
 
 
 def test_op_decision_read_from_compact_and_any_other_json(frame: Any) -> None:
@@ -138,7 +177,7 @@ def test_business_id_by_index_and_by_pattern(frame: Any) -> None:
     s = Store()
     s.tx("t", "PREPARED")
     s.messages[0] = (*s.messages[0][:4], keys("order:7", "transfer:42"), *s.messages[0][5:])
-    view = s.view(frame)
+    view = A.with_half(s.view(frame), s.frame(frame))
 
     def mapped(mapping: KeyMapping) -> set[Any]:
         return found(view.select(A.business_id(view["keys"], mapping).alias("b")), "b")
@@ -242,7 +281,7 @@ def test_store_kinds_in_one_pass_are_the_single_checks(frame: Any) -> None:
     ]
     expected = sorted(tuple(r) for df in singles for r in df.collect())
     one_pass = A.store_anomalies(view, as_of=AS_OF, stuck_after=HOUR_MS)
-    assert one_pass.columns == list(A.ANOMALY_COLUMNS)
+    assert one_pass.columns == [*A.ANOMALY_COLUMNS, *INTERNAL]
     assert sorted(tuple(r) for r in one_pass.collect()) == expected
     assert {(k, t) for k, _, t, *_ in expected} == {
         (A.STUCK, "stuck"),
@@ -310,7 +349,7 @@ def test_ack_lag_per_subscribed_group(frame: Any) -> None:
     )
     view = s.view(frame)
     dead = A.dead_letters(view, s.frame(frame), acks)
-    lag = A.ack_lag(view, subs, acks, dead, as_of=AS_OF, older_than=HOUR_MS)
+    lag = A.ack_lag(view, subs, acks, dead, s.frame(frame), as_of=AS_OF, older_than=HOUR_MS)
     pairs = {(r["transaction_id"], r["consumer_group"]) for r in lag.collect()}
     assert pairs == {("lagging", "g1"), ("dead", "tag_a")}
 
@@ -351,7 +390,7 @@ def test_a_dead_letter_resent_and_acked_is_resolved_not_dead_lettered(frame: Any
     ]
     assert resolved[0]["reason"] == "dead-lettered by group g1, then resent and acked by it"
     assert found(A.dead_lettered(dead)) == {"forgotten", "other_group"}
-    lag = A.ack_lag(view, subs, acks, dead, as_of=AS_OF, older_than=HOUR_MS)
+    lag = A.ack_lag(view, subs, acks, dead, s.frame(frame), as_of=AS_OF, older_than=HOUR_MS)
     assert found(lag) == set()  # dead-lettered or acked: none of them is also lagging
     evidence = A.Evidence(view, dead, subs, acks, None, LIMITS)
     every = {(r["kind"], r["transaction_id"]) for df in A.find_all(evidence) for r in df.collect()}
@@ -363,7 +402,8 @@ def test_a_dead_letter_resent_and_acked_is_resolved_not_dead_lettered(frame: Any
 
 
 def _books(frame: Any, s: Store, ledger: list[tuple[Any, ...]]) -> Any:
-    return A.ledger_view(s.view(frame), frame(LEDGER_DDL, ledger), WINDOW, KeyMapping())
+    view = A.with_half(s.view(frame), s.frame(frame))
+    return A.ledger_view(view, frame(LEDGER_DDL, ledger), WINDOW, KeyMapping())
 
 
 def debit(tx: str, amount: int = 100, at: int = T) -> tuple[Any, ...]:
@@ -466,7 +506,7 @@ def test_a_kind_declared_once_is_found_alone_or_in_one_pass_with_its_group(frame
     kinds = [_registered(A.DEAD_LETTERED), late]
     both = one_pass(dead, kinds, LIMITS)
     singles = [r for kind in kinds for r in rows_of(dead, kind, LIMITS).collect()]
-    assert both.columns == list(A.ANOMALY_COLUMNS)
+    assert both.columns == [*A.ANOMALY_COLUMNS, *INTERNAL]
     assert sorted(both.collect()) == sorted(singles)
     assert {(r["kind"], r["transaction_id"], r["consumer_group"]) for r in singles} == {
         (A.DEAD_LETTERED, "early", "g1"),
