@@ -1,20 +1,25 @@
 """Engines for SQLite and PostgreSQL, with the commit settings that ``flush`` asks for.
 
 ``flush: sync`` (RocketMQ's SYNC_FLUSH): PostgreSQL ``synchronous_commit=on``; SQLite
-``synchronous=FULL`` (the WAL fsynced at every commit), except the broker's writer, which commits
-with ``synchronous=NORMAL`` and has :class:`WalSync` fsync the WAL before it answers anyone
-(``sync_apart``).  ``flush: async`` (ASYNC_FLUSH): SQLite
+``synchronous=FULL`` (the WAL fsynced at every commit) -- except the broker's writer
+(``sync_apart``), which commits without waiting for the disk (SQLite ``synchronous=NORMAL``,
+PostgreSQL ``synchronous_commit=off``) and has a flusher make its commits durable before it
+answers anyone: :class:`WalSync` fsyncs SQLite's WAL, :class:`PgFlush` commits a transaction of
+its own synchronously.  ``flush: async`` (ASYNC_FLUSH): SQLite
 ``synchronous=NORMAL`` and PostgreSQL ``synchronous_commit=off`` -- faster, and a power loss can take
 the last moments of acknowledged writes (a process crash cannot).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -38,17 +43,36 @@ def make_engine(
     url: str, *, flush: Flush, writer: bool, pool_size: int = 5, sync_apart: bool = False
 ) -> Engine:
     """One engine per role: the writer (one connection, owned by the group-commit thread) or
-    readers.  ``sync_apart`` (SQLite, the writer): its commits do not fsync the WAL themselves
-    (``synchronous=NORMAL``); the writer makes them durable with :class:`WalSync` before it
-    answers anyone, apart from the next commit."""
+    readers.  ``sync_apart`` (the writer): its commits do not wait for the disk themselves
+    (SQLite ``synchronous=NORMAL``, PostgreSQL ``synchronous_commit=off``); the writer makes
+    them durable with :class:`WalSync` or :class:`PgFlush` before it answers anyone, apart from
+    the next commit."""
     if is_sqlite(url):
         return _sqlite_engine(
             url, flush=flush, writer=writer, pool_size=pool_size, sync_apart=sync_apart
         )
-    return _postgres_engine(url, flush=flush, writer=writer, pool_size=pool_size)
+    return _postgres_engine(
+        url, flush=flush, writer=writer, pool_size=pool_size, sync_apart=sync_apart
+    )
 
 
-class WalSync:
+class LogSync:
+    """Makes the writer's commits durable, apart from them (the writer's flusher calls it)."""
+
+    def __call__(self) -> Covered | None:
+        """Make durable every commit made before the call: None (every one is covered) or what
+        is (:class:`Covered`)."""
+        raise NotImplementedError
+
+    def server(self, conn: Connection) -> object:
+        """The server a new connection of the writer is on (for :class:`Covered`)."""
+        return None
+
+    def connect(self) -> None:
+        """Be ready to sync (the writer calls it before its first commit)."""
+
+
+class WalSync(LogSync):
     """SQLite under ``flush: sync``: the WAL's fsync, made apart from the commits it covers.
 
     ``synchronous=FULL`` fsyncs the WAL inside each commit, while the writer holds the write lock
@@ -70,7 +94,7 @@ class WalSync:
         self._failed: OSError | None = None
 
     def __call__(self) -> None:
-        """fsync the WAL.  Once an fsync has failed, every later call fails: the kernel may have
+        """fsync the WAL (every commit before it is covered).  Once an fsync has failed, every later call fails: the kernel may have
         dropped the pages it could not write, and a later fsync that succeeds says nothing of
         them (PostgreSQL stops for the same reason)."""
         if self._failed is not None:
@@ -106,6 +130,99 @@ class WalSync:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Covered:
+    """What a :class:`PgFlush` made durable: every commit on ``server`` (an identity of the
+    PostgreSQL server) that returned after ``since`` (``time.monotonic()``), when its flush
+    connection was made: that connection lived from then to the flush, so the server did not
+    restart in between."""
+
+    server: object
+    since: float
+
+
+# Which server a connection is on: its address, its port and when its postmaster started (a
+# promoted standby or a restarted server is another).
+_SERVER = (
+    "SELECT inet_server_addr()::text, current_setting('port'), pg_postmaster_start_time()::text"
+)
+# The cheapest statement whose commit waits for the WAL: it takes a transaction id (writing no
+# row), so its commit writes a commit record and, under synchronous_commit = on, waits for the
+# WAL to be flushed up to that record -- and on a synchronous standby too -- which covers every
+# commit inserted before it.  A transaction without an id (SELECT 1) writes no commit record and
+# waits for nothing.
+_FLUSH = "SELECT pg_logical_emit_message(true, 'halfmq.flush', '')"
+
+
+class PgFlush(LogSync):
+    """PostgreSQL under ``flush: sync``: the WAL's flush, made apart from the commits it covers.
+
+    The writer commits with ``synchronous_commit = off``: the commit returns once its record is
+    in the WAL buffers.  PostgreSQL's WAL is one sequence, flushed in order, locally and on a
+    synchronous standby alike, so a synchronous commit made after it (:data:`_FLUSH`, on a
+    connection of its own in autocommit, with the server's ``synchronous_commit``) returns only
+    once the WAL up to that later commit record -- the writer's commits before it included -- is
+    flushed, and replicated to the synchronous standby when one is configured.  One such commit
+    answers every batch the writer committed before it began: RocketMQ's GroupCommitService.
+
+    It answers what it covers (:class:`Covered`): a commit on another server (a failover between
+    the writer's commit and the flush), or before the flush's connection was made (the server may
+    have restarted and lost it), is not covered and its requests are refused, never answered
+    2xx.  A failed flush drops its connection and raises; the next one connects again (unlike
+    SQLite's fsync, nothing is lost for good: PostgreSQL itself stops on a failed fsync)."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = create_engine(url, pool_size=1, max_overflow=0, isolation_level="AUTOCOMMIT")
+        self._conn: Any = None  # the driver's connection, in autocommit
+        self._covered: Covered | None = None
+
+    def server(self, conn: Connection) -> object:
+        """The server the writer's new connection is on (read once per connection)."""
+        server = tuple(conn.exec_driver_sql(_SERVER).one())
+        conn.rollback()  # the read began a transaction; the writer begins its own
+        return server
+
+    def connect(self) -> None:
+        """Connect now if not connected: what the writer commits from now on can be covered."""
+        if self._covered is not None:
+            return
+        conn = self.engine.raw_connection()
+        try:
+            cursor = conn.cursor()
+            cursor.execute(_SERVER)
+            server = tuple(cursor.fetchone() or ())
+            cursor.close()
+        except Exception:
+            conn.invalidate()
+            raise
+        self._conn, self._covered = conn, Covered(server, time.monotonic())
+
+    def __call__(self) -> Covered:
+        try:
+            self.connect()
+            with self._conn.cursor() as cursor:
+                cursor.execute(_FLUSH)
+        except Exception:
+            self.close()
+            # Connected again at once where possible: the commits waiting now are refused
+            # either way, those from now on need not be.
+            with contextlib.suppress(Exception):
+                self.connect()
+            raise
+        assert self._covered is not None
+        return self._covered
+
+    def close(self) -> None:
+        conn, self._conn, self._covered = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # gone either way
+                conn.invalidate()
+
+    def dispose(self) -> None:
+        self.close()
+        self.engine.dispose()
 
 
 def make_claims_engine(url: str, *, pool_size: int = 5, durable: bool = False) -> Engine:
@@ -176,7 +293,9 @@ def _sqlite_engine(
     return engine
 
 
-def _postgres_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) -> Engine:
+def _postgres_engine(
+    url: str, *, flush: Flush, writer: bool, pool_size: int, sync_apart: bool = False
+) -> Engine:
     engine = create_engine(
         url,
         pool_size=1 if writer else pool_size,
@@ -185,7 +304,7 @@ def _postgres_engine(url: str, *, flush: Flush, writer: bool, pool_size: int) ->
         # store/writer.py): a ping before each batch would cost a round trip for nothing.
         pool_pre_ping=not writer,
     )
-    if writer and flush is Flush.ASYNC:
+    if writer and (flush is Flush.ASYNC or sync_apart):
         _commit_asynchronously(engine)
     return engine
 

@@ -23,6 +23,7 @@ from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
 from broker_service.store.concurrent import ConcurrentUnits
 from broker_service.store.engine import (
+    PgFlush,
     WalSync,
     driver_message,
     is_sqlite,
@@ -83,17 +84,21 @@ class SqlStore:
         self.readers = make_engine(
             self.url, flush=settings.flush, writer=False, pool_size=settings.pool_size
         )
-        # SQLite under flush=sync: the WAL fsynced apart from the commits (see WalSync).
+        # Under flush=sync the log made durable apart from the commits (see WalSync, PgFlush).
         path = sqlite_path(self.url) if is_sqlite(self.url) else None
         self.wal_sync = WalSync(path) if path is not None and settings.flush is Flush.SYNC else None
+        self.pg_flush = (
+            PgFlush(self.url) if not is_sqlite(self.url) and settings.flush is Flush.SYNC else None
+        )
+        syncer = self.wal_sync or self.pg_flush
         self.writer_engine = make_engine(
-            self.url, flush=settings.flush, writer=True, sync_apart=self.wal_sync is not None
+            self.url, flush=settings.flush, writer=True, sync_apart=syncer is not None
         )
         self.writer = GroupCommitWriter(
             self.writer_engine,
             batch_max=settings.write_batch_max,
             queue_max=settings.write_queue_max,
-            syncer=self.wal_sync,
+            syncer=syncer,
         )
         self.pool_size = settings.pool_size
         self.flush = settings.flush
@@ -147,6 +152,8 @@ class SqlStore:
         self.writer.stop()
         if self.wal_sync is not None:
             self.wal_sync.close()
+        if self.pg_flush is not None:
+            self.pg_flush.dispose()
         if not self.inflight.wait_idle(_CLOSE_WAIT_SECONDS):
             log.warning("closing the store with reads still running after %ss", _CLOSE_WAIT_SECONDS)
         self.writer_engine.dispose()

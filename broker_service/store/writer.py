@@ -25,13 +25,21 @@ succeeds again (how long, how many requests were refused), not once per request.
 connection dies in its commit may have been committed (the standby had it): its units run again
 on a fresh connection, where a send or a half is found a duplicate and a commit a repeat.
 
-**SQLite under flush: sync** commits without an fsync of its own (``synchronous=NORMAL``) and the
-writer hands each committed batch to a flusher thread, which fsyncs the WAL once for every batch
-waiting (``syncer``, :class:`~broker_service.store.engine.WalSync`) and only then answers them, in
-commit order, while the writer already runs the next batch: the fsync no longer holds the write
-lock, and a batch's answer still waits for its commit to be on disk.  An fsync that fails answers
-its batches 503 ``STORE_UNAVAILABLE``, and every later one too (what the kernel dropped cannot be
-told), until the broker is restarted.
+**Under flush: sync** the writer's commits do not wait for the disk (SQLite
+``synchronous=NORMAL``, PostgreSQL ``synchronous_commit = off``) and the writer hands each
+committed batch to a flusher thread, which makes the store's log durable once for every batch
+waiting (``syncer``: :class:`~broker_service.store.engine.WalSync` fsyncs SQLite's WAL,
+:class:`~broker_service.store.engine.PgFlush` commits a transaction of its own synchronously) and
+only then answers them, in commit order, while the writer already runs the next batch: the wait
+for the disk (and for PostgreSQL's synchronous standby) no longer holds the writer, and a batch's
+answer still waits for its commit to be durable.  At most ``_AHEAD`` committed batches wait for
+the flusher; beyond that the writer waits too, and its queue fills (429 BUSY) as it did when the
+commit itself waited.  A sync that fails answers its batches 503 ``STORE_UNAVAILABLE``.  On
+SQLite every later one fails too (what the kernel dropped cannot be told), until the broker is
+restarted; on PostgreSQL the next sync connects again, and a batch is answered only if that sync
+covers it (:meth:`LogSync.server <broker_service.store.engine.LogSync.server>`: the writer's
+connection was on the same server, and the sync's connection was made before the batch's commit
+-- see ``PgFlush``), or else 503.
 
 The writer counts its commits and their units (``batches``, ``units``, read at scrape time) and
 calls ``on_commit(seconds, units)`` after each one, if set: how the app times commits without the
@@ -55,12 +63,14 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.acl.nonces import NonceKey, replayed_error
 from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
-from broker_service.store.engine import driver_message, store_unavailable
+from broker_service.store.engine import Covered, LogSync, driver_message, store_unavailable
 from broker_service.store.sqltx import ResolutionRace, SqlTx
 
 log = logging.getLogger("halfmq.store.writer")
 
 _RETRIES = 3
+# Committed batches that may wait for the flusher before the writer waits too.
+_AHEAD = 8
 
 
 @dataclass(slots=True)
@@ -85,14 +95,18 @@ class GroupCommitWriter:
         *,
         batch_max: int = 512,
         queue_max: int = 20_000,
-        syncer: Callable[[], None] | None = None,
+        syncer: LogSync | Callable[[], None] | None = None,
     ) -> None:
         """``queue_max``: requests waiting for a commit beyond which the broker answers 429 BUSY;
         ``syncer``: makes what was committed durable (the engine's commits do not), called by a
-        flusher thread before the batches it covers are answered."""
+        flusher thread before the batches it covers are answered (a plain callable covers every
+        commit made before it; a :class:`LogSync` says what it covers)."""
         self.engine = engine
         self._syncer = syncer
-        self._synced: queue.Queue[Any] = queue.Queue()  # committed batches waiting for the fsync
+        self._server_of = syncer.server if isinstance(syncer, LogSync) else None
+        self._server: object = None  # server_of(self._conn)
+        # Committed batches waiting for the sync: (batch, server, when committed).
+        self._synced: queue.Queue[Any] = queue.Queue(maxsize=_AHEAD)
         self._flusher: threading.Thread | None = None
         self.batch_max = batch_max
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_max)
@@ -107,6 +121,11 @@ class GroupCommitWriter:
         self._outage = _Outage()
 
     def start(self) -> None:
+        if isinstance(self._syncer, LogSync):
+            try:  # before the first commit, or that commit could not be covered
+                self._syncer.connect()
+            except Exception as exc:
+                log.warning("the store's log sync could not connect yet: %s", driver_message(exc))
         if self._syncer is not None:
             self._flusher = threading.Thread(
                 target=self._flush_loop, name="halfmq-flusher", daemon=True
@@ -233,9 +252,17 @@ class GroupCommitWriter:
         be made (nothing ran: the units may be refused without trying them one by one)."""
         if self._conn is None:
             try:
-                self._conn = self.engine.connect()
+                conn = self.engine.connect()
             except DBAPIError as exc:
                 raise _Unreachable(exc) from exc
+            if self._server_of is not None:
+                try:
+                    self._server = self._server_of(conn)
+                except DBAPIError as exc:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    raise _Unreachable(exc) from exc
+            self._conn = conn
         return self._conn
 
     def _refuse(self, batch: list[_Job], error: DBAPIError) -> None:
@@ -246,7 +273,7 @@ class GroupCommitWriter:
         self._answer(batch)
 
     def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._server = self._conn, None, None
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -284,8 +311,8 @@ class GroupCommitWriter:
         """Answer the batch now, or once the flusher has made its commit durable."""
         if self._syncer is None:
             _deliver(batch)
-        else:
-            self._synced.put(batch)
+        else:  # the server its commit was made on (None if none was), and when
+            self._synced.put((batch, self._server, time.monotonic()))
 
     def _flush_loop(self) -> None:
         syncer = self._syncer
@@ -294,23 +321,50 @@ class GroupCommitWriter:
             first = self._synced.get()
             if first is _STOP:
                 return
-            batches, stop = _drain(self._synced, first, None)
-            try:
-                syncer()  # one fsync for every batch committed before it began
-            except Exception as exc:
-                log.error("the store's log could not be synced; refusing writes: %s", exc)
-                failed = NotReady(
-                    f"the store failed: its log could not be synced: {exc}",
-                    code="STORE_UNAVAILABLE",
-                )
-                for batch in batches:
-                    for job in batch:
-                        if job.ok:
-                            job.value, job.ok = failed, False
-            for batch in batches:
+            committed, stop = _drain(self._synced, first, None)
+            # A batch refused whole (the store unreachable) has nothing to make durable; any other
+            # answer, an error too, may rest on what a commit not yet durable wrote.
+            if not all(_refused_whole(batch) for batch, _server, _at in committed):
+                try:
+                    covered = syncer()  # one sync for every batch committed before it began
+                except Exception as exc:
+                    message = driver_message(exc)
+                    log.error("the store's log could not be made durable; refusing: %s", message)
+                    _fail(committed, f"its log could not be made durable: {message}")
+                else:
+                    if covered is not None:
+                        _uncovered(committed, covered)
+            for batch, _server, _at in committed:
                 _deliver(batch)
             if stop:
                 return
+
+
+def _refused_whole(batch: list[_Job]) -> bool:
+    return all(not job.ok and isinstance(job.value, NotReady) for job in batch)
+
+
+def _fail(committed: list[tuple[list[_Job], object, float]], why: str) -> None:
+    """Answer 503 every unit of the batches: what their commit wrote (or an error answer read)
+    is not known durable; a retry gets the answer again."""
+    failed = NotReady(f"the store failed: {why}", code="STORE_UNAVAILABLE")
+    for batch, _server, _at in committed:
+        for job in batch:
+            job.value, job.ok = failed, False
+
+
+def _uncovered(committed: list[tuple[list[_Job], object, float]], covered: Covered) -> None:
+    """Refuse the batches a sync did not cover: committed on another server than the sync ran on
+    (a failover in between), or before the sync's connection was made (the server may have
+    restarted since, losing them)."""
+    lost = [item for item in committed if item[1] != covered.server or item[2] < covered.since]
+    if lost and any(job.ok for batch, _server, _at in lost for job in batch):
+        log.warning(
+            "%d committed batches were not confirmed durable (the store's connection changed "
+            "before their sync); answering 503",
+            len(lost),
+        )
+        _fail(lost, "the connection to it changed before the write was confirmed durable")
 
 
 def _drain(source: queue.Queue[Any], first: Any, limit: int | None) -> tuple[list[Any], bool]:

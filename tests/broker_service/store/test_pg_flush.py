@@ -1,0 +1,236 @@
+"""PostgreSQL under ``flush: sync``: the writer commits with ``synchronous_commit = off`` and a
+flusher thread makes the WAL durable (locally, and on the synchronous standby) with a synchronous
+commit of its own before it answers the batches that commit covers.  Nothing may be answered
+before it; a lost flush connection answers 503, never 2xx, and the next flush connects again; a
+commit the flush cannot vouch for (another server, or before the flush's connection) is 503 too."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from broker_service.domain.errors import NotReady
+from broker_service.settings import BrokerSettings, Flush
+from broker_service.store import migrate
+from broker_service.store.engine import Covered, PgFlush, make_engine
+from broker_service.store.sql_store import SqlStore
+from broker_service.store.writer import GroupCommitWriter
+from halfmq.pg_cluster import PgCluster, missing_tools
+
+
+@pytest.fixture
+def apart(pg_url: str) -> Iterator[Engine]:
+    engine = make_engine(pg_url, flush=Flush.SYNC, writer=True, sync_apart=True)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE kv (k TEXT)"))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def flush(pg_url: str) -> Iterator[PgFlush]:
+    syncer = PgFlush(pg_url)
+    yield syncer
+    syncer.dispose()
+
+
+def _insert(value: str) -> Callable[[Any], str]:
+    def unit(tx: Any) -> str:
+        tx.conn.execute(text("INSERT INTO kv (k) VALUES (:k)"), {"k": value})
+        return value
+
+    return unit
+
+
+def _stored(url: str) -> list[str]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [str(k) for (k,) in conn.execute(text("SELECT k FROM kv ORDER BY k"))]
+    finally:
+        engine.dispose()
+
+
+def test_a_sync_store_on_postgresql_commits_asynchronously_and_flushes_apart(
+    pg_url: str,
+) -> None:
+    migrate.upgrade(pg_url)
+    store = SqlStore(BrokerSettings(database_url=pg_url, flush=Flush.SYNC))
+    try:
+        assert isinstance(store.pg_flush, PgFlush)
+        assert store.wal_sync is None
+        with store.writer_engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
+        with store.readers.connect() as conn:
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    finally:
+        store.close()
+    relaxed = SqlStore(BrokerSettings(database_url=pg_url, flush=Flush.ASYNC))
+    try:
+        assert relaxed.pg_flush is None, "flush=async waits for no flush at all, as before"
+    finally:
+        relaxed.close()
+
+
+async def test_nothing_is_answered_before_the_flush_that_covers_it(
+    apart: Engine, flush: PgFlush, pg_url: str
+) -> None:
+    gate = threading.Event()
+    seen: list[list[str]] = []
+
+    class Gated(PgFlush):
+        def __call__(self) -> Covered:
+            gate.wait(10)
+            seen.append(_stored(pg_url))
+            return flush()
+
+        def connect(self) -> None:
+            flush.connect()
+
+        def server(self, conn: Any) -> object:
+            return flush.server(conn)
+
+    gated = Gated(pg_url)
+    writer = GroupCommitWriter(apart, syncer=gated)
+    writer.start()
+    try:
+        first = writer.submit(_insert("a"))
+        for _ in range(500):  # committed: another connection sees it ...
+            if _stored(pg_url) == ["a"]:
+                break
+            await asyncio.sleep(0.01)
+        second = writer.submit(_insert("b"))  # ... and the writer goes on meanwhile
+        for _ in range(500):
+            if _stored(pg_url) == ["a", "b"]:
+                break
+            await asyncio.sleep(0.01)
+        assert _stored(pg_url) == ["a", "b"], "the next batch commits while the flush waits"
+        assert not first.done(), "but nothing is answered before its flush"
+        assert not second.done()
+        gate.set()
+        assert await first == "a"
+        assert await second == "b"
+        assert seen[0][:1] == ["a"], "the flush began after the commit it covers"
+    finally:
+        gate.set()
+        writer.stop()
+        gated.dispose()
+
+
+async def test_a_lost_flush_connection_answers_503_and_the_next_flush_connects_again(
+    apart: Engine, flush: PgFlush, pg_url: str
+) -> None:
+    writer = GroupCommitWriter(apart, syncer=flush)
+    writer.start()
+    try:
+        assert await writer.submit(_insert("a")) == "a"
+        killer = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+        with killer.connect() as conn:
+            pid = flush._conn.dbapi_connection.info.backend_pid
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        killer.dispose()
+        with pytest.raises(NotReady) as refused:
+            await writer.submit(_insert("b"))
+        assert refused.value.code == "STORE_UNAVAILABLE"
+        assert await writer.submit(_insert("c")) == "c", "a new flush connection, made at once"
+    finally:
+        writer.stop()
+
+
+async def test_a_commit_the_flush_cannot_vouch_for_answers_503(
+    apart: Engine, flush: PgFlush, pg_url: str
+) -> None:
+    """Committed on another server than the flush ran on (a failover between), or before the
+    flush's connection was made (the server may have restarted since): 503, never 2xx."""
+
+    class Elsewhere(PgFlush):
+        def __call__(self) -> Covered:
+            covered = flush()
+            return Covered(("another", "server"), covered.since)
+
+        def server(self, conn: Any) -> object:
+            return flush.server(conn)
+
+    class Later(PgFlush):
+        def __call__(self) -> Covered:
+            covered = flush()
+            return Covered(covered.server, float("inf"))
+
+        def server(self, conn: Any) -> object:
+            return flush.server(conn)
+
+    for syncer in (Elsewhere(pg_url), Later(pg_url)):
+        writer = GroupCommitWriter(apart, syncer=syncer)
+        writer.start()
+        try:
+            with pytest.raises(NotReady) as refused:
+                await writer.submit(_insert("x"))
+            assert refused.value.code == "STORE_UNAVAILABLE"
+        finally:
+            writer.stop()
+            syncer.dispose()
+
+
+@pytest.fixture
+def cluster() -> Iterator[PgCluster]:
+    missing = missing_tools()
+    if missing:
+        message = f"a PostgreSQL cluster cannot be built here: missing {'; '.join(missing)}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with PgCluster.create() as made:
+        yield made
+
+
+def _wait_event(dsn: str, pid: int) -> str | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+    return None if row is None else row[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_flush_waits_for_the_synchronous_standby(cluster: PgCluster) -> None:
+    """With the standby stopped, the flush's commit waits for it (``SyncRep``) and returns once
+    it is back; a commit that takes a transaction id but writes nothing else does not wait at
+    all (PostgreSQL commits it asynchronously), which is why the flush writes a WAL record."""
+    dsn = cluster.primary.dsn("halfmq")
+    syncer = PgFlush(cluster.url())
+    standby = cluster.standby
+    assert standby.pid is not None
+    found = subprocess.run(["pgrep", "-P", str(standby.pid)], capture_output=True, text=True)
+    children = [int(pid) for pid in found.stdout.split()]  # the walreceiver among them
+    try:
+        syncer()
+        for child in children:
+            os.kill(child, signal.SIGSTOP)
+        with psycopg.connect(dsn, autocommit=True) as bare:
+            bare.execute("SELECT pg_current_xact_id()")  # returns: no wait for the standby
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (syncer(), done.set()), daemon=True)
+        worker.start()
+        pid = syncer._conn.dbapi_connection.info.backend_pid
+        for _ in range(1000):
+            if _wait_event(dsn, pid) == "SyncRep":
+                break
+            threading.Event().wait(0.01)
+        assert _wait_event(dsn, pid) == "SyncRep", "the flush waits for the standby"
+        assert not done.is_set()
+    finally:
+        for child in children:
+            os.kill(child, signal.SIGCONT)
+    worker.join(30)
+    assert done.is_set(), "and returns once the standby has the WAL"
+    syncer.dispose()
