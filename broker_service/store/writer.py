@@ -23,7 +23,10 @@ standby) is answered 503 ``STORE_UNAVAILABLE`` whole, at once: running its units
 only try to connect again for each.  The outage is logged twice, when it begins and when a commit
 succeeds again (how long, how many requests were refused), not once per request.  A batch whose
 connection dies in its commit may have been committed (the standby had it): its units run again
-on a fresh connection, where a send or a half is found a duplicate and a commit a repeat.
+on a fresh connection, where a send or a half is found a duplicate and a commit a repeat.  Its
+signed units' nonces went into that commit too: on PostgreSQL a re-run that finds a unit's nonce
+stored by the transaction an earlier attempt of its own stored it under (``_Job.prior``) runs the
+unit again rather than answering 401 ``NONCE_REPLAYED``; any other stored nonce is a replay.
 
 **Under flush: sync** the writer's commits do not wait for the disk (SQLite
 ``synchronous=NORMAL``, PostgreSQL ``synchronous_commit = off``) and the writer hands each
@@ -81,6 +84,10 @@ class _Job:
     read_ahead: Sequence[str] = ()
     nonce: NonceKey | None = None
     sent_ahead: Sequence[str] = ()
+    # PostgreSQL: the transaction id an attempt inserted this job's nonce under.  If that
+    # attempt's COMMIT was lost with its connection and did land, a re-run finds the nonce stored
+    # by that transaction: its own, not a replay's.
+    prior: str | None = None
     ok: bool = False
     value: Any = None
 
@@ -433,16 +440,32 @@ class _NonceSeen(Exception):
 
 def _replayed(tx: SqlTx, batch: list[_Job], *, exact: bool) -> set[int]:
     """Remember the batch's nonces in one statement; the jobs (``id``) whose nonce was seen.
-    Not ``exact``: :class:`_NonceSeen` when any was, without telling which."""
+    Not ``exact``: :class:`_NonceSeen` when any was, without telling which.  A job whose nonce an
+    earlier attempt of its own stored (``_Job.prior``) is not refused."""
     signed = [(job, job.nonce) for job in batch if job.nonce is not None]
     if not signed:
         return set()
     if not exact:
         if tx.remember_new_nonces([nonce for _, nonce in signed]):
+            for job, _ in signed:
+                job.prior = tx.nonce_xid
             return set()
         raise _NonceSeen
     fresh = tx.remember_nonces([nonce for _, nonce in signed])
-    return {id(job) for (job, _), new in zip(signed, fresh, strict=True) if not new}
+    seen = []
+    for (job, nonce), new in zip(signed, fresh, strict=True):
+        if new:
+            job.prior = tx.nonce_xid
+        else:
+            seen.append((job, nonce))
+    # A nonce seen before is a replay -- unless an earlier attempt of this job stored it, in a
+    # transaction whose COMMIT was lost with its connection but landed (a failover): the job then
+    # runs again, where a send or a half is found a duplicate and a commit a repeat.
+    replayed = set()
+    for job, nonce in seen:
+        if job.prior is None or not tx.nonces_inserted_by([nonce], job.prior)[0]:
+            replayed.add(id(job))
+    return replayed
 
 
 def _report(hook: Callable[[float, int], None], seconds: float, units: int) -> None:

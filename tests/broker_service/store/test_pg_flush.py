@@ -7,11 +7,8 @@ commit the flush cannot vouch for (another server, or before the flush's connect
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -24,14 +21,19 @@ from broker_service.store import migrate
 from broker_service.store.engine import Covered, PgFlush, make_engine
 from broker_service.store.sql_store import SqlStore
 from broker_service.store.writer import GroupCommitWriter
-from halfmq.pg_cluster import PgCluster, missing_tools
+from halfmq.pg_cluster import PgCluster
+from tests.broker_service.store.standby import (
+    create_kv,
+    put,
+    standby_stopped,
+    waiting_for_standby,
+)
 
 
 @pytest.fixture
 def apart(pg_url: str) -> Iterator[Engine]:
     engine = make_engine(pg_url, flush=Flush.SYNC, writer=True, sync_apart=True)
-    with engine.begin() as conn:
-        conn.execute(text("CREATE TABLE kv (k TEXT)"))
+    create_kv(engine)
     yield engine
     engine.dispose()
 
@@ -41,14 +43,6 @@ def flush(pg_url: str) -> Iterator[PgFlush]:
     syncer = PgFlush(pg_url)
     yield syncer
     syncer.dispose()
-
-
-def _insert(value: str) -> Callable[[Any], str]:
-    def unit(tx: Any) -> str:
-        tx.conn.execute(text("INSERT INTO kv (k) VALUES (:k)"), {"k": value})
-        return value
-
-    return unit
 
 
 def _stored(url: str) -> list[str]:
@@ -103,12 +97,12 @@ async def test_nothing_is_answered_before_the_flush_that_covers_it(
     writer = GroupCommitWriter(apart, syncer=gated)
     writer.start()
     try:
-        first = writer.submit(_insert("a"))
+        first = writer.submit(put("a"))
         for _ in range(500):  # committed: another connection sees it ...
             if _stored(pg_url) == ["a"]:
                 break
             await asyncio.sleep(0.01)
-        second = writer.submit(_insert("b"))  # ... and the writer goes on meanwhile
+        second = writer.submit(put("b"))  # ... and the writer goes on meanwhile
         for _ in range(500):
             if _stored(pg_url) == ["a", "b"]:
                 break
@@ -132,16 +126,16 @@ async def test_a_lost_flush_connection_answers_503_and_the_next_flush_connects_a
     writer = GroupCommitWriter(apart, syncer=flush)
     writer.start()
     try:
-        assert await writer.submit(_insert("a")) == "a"
+        assert await writer.submit(put("a")) == "a"
         killer = create_engine(pg_url, isolation_level="AUTOCOMMIT")
         with killer.connect() as conn:
             pid = flush._conn.dbapi_connection.info.backend_pid
             conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         killer.dispose()
         with pytest.raises(NotReady) as refused:
-            await writer.submit(_insert("b"))
+            await writer.submit(put("b"))
         assert refused.value.code == "STORE_UNAVAILABLE"
-        assert await writer.submit(_insert("c")) == "c", "a new flush connection, made at once"
+        assert await writer.submit(put("c")) == "c", "a new flush connection, made at once"
     finally:
         writer.stop()
 
@@ -173,31 +167,11 @@ async def test_a_commit_the_flush_cannot_vouch_for_answers_503(
         writer.start()
         try:
             with pytest.raises(NotReady) as refused:
-                await writer.submit(_insert("x"))
+                await writer.submit(put("x"))
             assert refused.value.code == "STORE_UNAVAILABLE"
         finally:
             writer.stop()
             syncer.dispose()
-
-
-@pytest.fixture
-def cluster() -> Iterator[PgCluster]:
-    missing = missing_tools()
-    if missing:
-        message = f"a PostgreSQL cluster cannot be built here: missing {'; '.join(missing)}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    with PgCluster.create() as made:
-        yield made
-
-
-def _wait_event(dsn: str, pid: int) -> str | None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-    return None if row is None else row[0]
 
 
 @pytest.mark.slow
@@ -208,14 +182,8 @@ def test_the_flush_waits_for_the_synchronous_standby(cluster: PgCluster) -> None
     all (PostgreSQL commits it asynchronously), which is why the flush writes a WAL record."""
     dsn = cluster.primary.dsn("halfmq")
     syncer = PgFlush(cluster.url())
-    standby = cluster.standby
-    assert standby.pid is not None
-    found = subprocess.run(["pgrep", "-P", str(standby.pid)], capture_output=True, text=True)
-    children = [int(pid) for pid in found.stdout.split()]  # the walreceiver among them
-    try:
-        syncer()
-        for child in children:
-            os.kill(child, signal.SIGSTOP)
+    syncer()
+    with standby_stopped(cluster):
         with psycopg.connect(dsn, autocommit=True) as bare:
             bare.execute("SELECT pg_current_xact_id()")  # returns: no wait for the standby
         done = threading.Event()
@@ -223,14 +191,11 @@ def test_the_flush_waits_for_the_synchronous_standby(cluster: PgCluster) -> None
         worker.start()
         pid = syncer._conn.dbapi_connection.info.backend_pid
         for _ in range(1000):
-            if _wait_event(dsn, pid) == "SyncRep":
+            if pid in waiting_for_standby(dsn):
                 break
             threading.Event().wait(0.01)
-        assert _wait_event(dsn, pid) == "SyncRep", "the flush waits for the standby"
+        assert pid in waiting_for_standby(dsn), "the flush waits for the standby"
         assert not done.is_set()
-    finally:
-        for child in children:
-            os.kill(child, signal.SIGCONT)
     worker.join(30)
     assert done.is_set(), "and returns once the standby has the WAL"
     syncer.dispose()
