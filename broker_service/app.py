@@ -94,7 +94,7 @@ class Broker:
             log.warning(
                 "broker started on %s (%s store), not ready: %s", where, store.dialect, reason
             )
-        if self.acl is not None and store.schema_current:
+        if self.acl is not None:  # published now, or once the store is ready
             await self.acl.start()
         self.beats.start()  # every broker, schedulers or not: it shares the store
         if settings.scheduler:

@@ -2,7 +2,9 @@
 and replay protection.
 
 * At start the file is read (a malformed one refuses the start, naming the line) and published to
-  the store as the newest version.
+  the store as the newest version.  A store not ready yet (its schema behind the migrations, its
+  PostgreSQL without a primary) does not hold the start: the file is enforced meanwhile, and the
+  first look that finds the store ready publishes it.
 * Every ``reload_seconds`` the broker looks at its file: a changed, valid file is published; an
   invalid edit is logged and the last good version stays.  It then reads the newest version in the
   store and enforces it -- so brokers sharing a database converge on the last version any of them
@@ -27,6 +29,7 @@ from broker_service.acl.errors import AclFileError
 from broker_service.acl.file import dump_acl, parse_acl
 from broker_service.acl.model import AclConfig
 from broker_service.acl.nonces import NonceKey
+from broker_service.domain.errors import DomainError
 from broker_service.domain.ports import Store
 
 log = logging.getLogger("halfmq.acl")
@@ -57,12 +60,22 @@ class AclRuntime:
         self._applied_id: int | None = None
         self._next_purge = 0
         self._task: asyncio.Task[None] | None = None
+        self._unpublished = False  # the file read at start, not yet published (store not ready)
+        self._store_failing = False  # the last look failed on the store (said once)
 
     # -- life ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Publish this broker's file as the newest version, then watch it and the store."""
-        await self._publish(self.config, self._file_text)
+        try:
+            await self._publish(self.config, self._file_text)
+        except DomainError as error:  # the store is not ready: enforced now, published later
+            self._unpublished = True
+            log.warning(
+                "ACL version %s enforced from its file, not published yet: %s",
+                self.config.version,
+                error.message,
+            )
         self._task = asyncio.create_task(self._watch(), name="halfmq-acl-reload")
 
     async def stop(self) -> None:
@@ -78,11 +91,27 @@ class AclRuntime:
             try:
                 await self.reload()
                 await self.purge_nonces()
-            except Exception:  # a store hiccup must not end the watch
+            except DomainError as error:  # the store is down or not ready: said once
+                if not self._store_failing:
+                    log.warning(
+                        "ACL reload failed, version %s stays: %s",
+                        self.config.version,
+                        error.message,
+                    )
+                self._store_failing = True
+                continue
+            except Exception:  # a bug must not end the watch either
                 log.exception("ACL reload failed; version %s stays", self.config.version)
+                continue
+            if self._store_failing:
+                log.info("ACL reload works again; version %s enforced", self.config.version)
+                self._store_failing = False
 
     async def reload(self) -> None:
         """One look at the file (publish it if it changed and is valid), then at the store."""
+        if self._unpublished:  # the store was not ready at start
+            await self._publish(self.config, self._file_text)
+            self._unpublished = False
         await self._reload_file()
         latest = await self.store.read(lambda tx: tx.latest_acl())
         if latest is not None and latest[0] != self._applied_id:

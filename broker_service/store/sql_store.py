@@ -177,11 +177,13 @@ class SqlStore:
         if status.is_current:
             self.schema_reason = ""
         else:
-            self.schema_reason = (
+            reason = (
                 f"the store's schema is at {status.current or 'nothing'}, the broker needs "
                 f"{status.head}: run `halfmq db upgrade --database-url <url>`"
             )
-            log.error("refusing to serve: %s", self.schema_reason)
+            if reason != self.schema_reason:  # said once, not at every probe or beat
+                log.error("refusing to serve: %s", reason)
+            self.schema_reason = reason
         return Readiness(status.is_current, self.schema_reason)
 
     def _guard(self) -> None:

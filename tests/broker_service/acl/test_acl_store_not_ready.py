@@ -1,0 +1,82 @@
+"""A broker whose store is not ready when it starts (its schema behind the migrations, as while
+an operator upgrades it; or its PostgreSQL without a primary) still enforces its ACL file, and
+publishes it by itself once the store is ready -- it used to skip the ACL's start altogether, so
+the file was never published and never reloaded.  And the store says it is behind once, not at
+every readiness probe and presence beat."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from broker_service.acl.runtime import AclRuntime
+from broker_service.domain.clock import now_ms
+from broker_service.domain.errors import NotReady
+from broker_service.settings import BrokerSettings
+from broker_service.store import migrate
+from broker_service.store.sql_store import SqlStore
+from tests.support import ACL
+
+
+@pytest.fixture
+def behind(tmp_path: Path) -> str:
+    """A SQLite store that exists (so the broker does not create it) but was never migrated."""
+    path = tmp_path / "broker.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE operators_notes (note TEXT)")
+    return f"sqlite:///{path}"
+
+
+async def test_the_file_is_enforced_at_once_and_published_once_the_store_is_ready(
+    behind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    acl_path = tmp_path / "acl.yml"
+    acl_path.write_text(ACL)
+    store = SqlStore(BrokerSettings(database_url=behind))
+    store.open()
+    assert not store.schema_current
+    runtime = AclRuntime(
+        acl_path, store, now_ms, broker_id="b1", window_ms=300_000, reload_seconds=3600
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="halfmq.acl"):
+            await runtime.start()  # refused before: the store's NOT_READY ended the start
+        assert runtime.config.secret_for("bob-bank-key") == "bob-bank-secret"  # enforced
+        assert "not published yet" in caplog.text
+
+        with pytest.raises(NotReady):  # still not ready (the watch says so once and goes on)
+            await runtime.reload()
+        assert runtime.config.secret_for("bob-bank-key") == "bob-bank-secret"
+
+        migrate.upgrade(behind)  # the operator's `halfmq db upgrade`
+        assert store.check_schema().ready
+        assert await store.read(lambda tx: tx.latest_acl()) is None
+        with caplog.at_level(logging.INFO, logger="halfmq.acl"):
+            await runtime.reload()
+        latest = await store.read(lambda tx: tx.latest_acl())
+        assert latest is not None
+        _, version, content = latest
+        assert version == runtime.config.version
+        assert content == ACL
+        assert f"ACL version {version} published by b1" in caplog.text
+    finally:
+        await runtime.stop()
+        store.close()
+
+
+def test_a_store_behind_says_so_once_however_often_it_is_probed(
+    behind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SqlStore(BrokerSettings(database_url=behind))
+    with caplog.at_level(logging.ERROR, logger="halfmq.store"):
+        store.open()
+        for _ in range(5):  # readiness probes, presence beats
+            assert not store.check_schema().ready
+    try:
+        refusals = [r for r in caplog.records if "refusing to serve" in r.getMessage()]
+        assert len(refusals) == 1
+    finally:
+        store.close()
