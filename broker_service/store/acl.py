@@ -40,13 +40,11 @@ _INSERT_PG = (
     "ON CONFLICT DO NOTHING"
 )
 _RETURNING = " RETURNING signed_at, access_key, nonce"
-# PostgreSQL: how many were new, and the transaction id that inserted them (``xmin``), which a
-# re-run after a lost COMMIT compares to tell its own nonces from a replay's (see below).
-_insert_pg = Prepared(
-    text(
-        f"WITH ins AS ({_INSERT_PG} RETURNING xmin) SELECT count(*) AS n, max(xmin::text) AS xid FROM ins"
-    )
-)
+# PostgreSQL: the new ones' transaction id (``xmin``, the same for every row), which a re-run after
+# a lost COMMIT compares to tell its own nonces from a replay's (see ``nonces_inserted_by``); the
+# rows' count is how many were new.  (Fetching the rows cost 35-40 us more than the bare
+# rowcount a statement of 20 nonces, 310-369 -> 350-408 us median; counting them in a CTE 65.)
+_insert_pg = Prepared(text(_INSERT_PG + " RETURNING xmin::text AS xid"))
 _insert_sqlite_returning = Prepared(text(_INSERT_SQLITE + _RETURNING))
 _insert_pg_returning = Prepared(text(_INSERT_PG + _RETURNING + ", xmin::text AS xid"))
 _inserted_by_pg = Prepared(
@@ -88,9 +86,10 @@ class AclPart(SqlPart):
         if len(unique) < len(nonces):
             return False
         if self._postgres:
-            row = _insert_pg.first(self.conn, self._pg_columns(unique))
-            assert row is not None
-            inserted, self.nonce_xid = int(row["n"]), row["xid"]
+            new = _insert_pg.all(self.conn, self._pg_columns(unique))
+            inserted = len(new)
+            if new:
+                self.nonce_xid = new[0]["xid"]
         else:
             inserted = 0
             for start in range(0, len(unique), _VALUES_ROWS):
