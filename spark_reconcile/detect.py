@@ -10,17 +10,13 @@ from pyspark.sql import functions as F
 
 from spark_reconcile import anomalies as A
 from spark_reconcile.config import KeyMapping, Thresholds, Window
+from spark_reconcile.extract import StoreFrames
 
 
 def detect(
-    *,
-    transactions: DataFrame,
-    messages: DataFrame,
-    dlq: DataFrame,
-    scheduled: DataFrame,
-    subscriptions: DataFrame,
-    acks: DataFrame,
+    store: StoreFrames,
     ledger: DataFrame | None,
+    *,
     window: Window,
     mapping: KeyMapping,
     thresholds: Thresholds,
@@ -31,13 +27,14 @@ def detect(
     did not set it.  ``keep`` is given the frames read more than once (the view of the
     transactions, the dead letters, the books, the rows found before completing them): the job
     persists them so each is computed once."""
-    view = keep(A.transaction_view(transactions, messages, scheduled, window))
-    dead = keep(A.dead_letters(view, dlq, acks))
+    messages, acks = store.messages, store.acks
+    view = keep(A.transaction_view(store.transactions, messages, store.scheduled, window))
+    dead = keep(A.dead_letters(view, store.dlq, acks))
     books = None
     if ledger is not None:
         books = keep(A.ledger_view(A.with_half(view, messages), ledger, window, mapping))
     limits = A.Limits(window.as_of, thresholds)
-    evidence = A.Evidence(view, dead, subscriptions, acks, books, limits)
+    evidence = A.Evidence(view, dead, store.subscriptions, acks, books, limits)
     found = keep(reduce(DataFrame.unionByName, A.find_all(evidence)))
     every = A.completed(found, messages)
     mapped = A.business_id(F.col("keys"), mapping)

@@ -89,13 +89,8 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
     try:
         found = keep(
             detect(
-                transactions=store.transactions,
-                messages=store.messages,
-                dlq=store.dlq,
-                scheduled=store.scheduled,
-                subscriptions=store.subscriptions,
-                acks=store.acks,
-                ledger=ledger,
+                store,
+                ledger,
                 window=window,
                 mapping=config.key_mapping,
                 thresholds=config.thresholds,
