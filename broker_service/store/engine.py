@@ -148,11 +148,13 @@ class Covered:
 _SERVER = (
     "SELECT inet_server_addr()::text, current_setting('port'), pg_postmaster_start_time()::text"
 )
-# The cheapest statement whose commit waits for the WAL: it takes a transaction id (writing no
-# row), so its commit writes a commit record and, under synchronous_commit = on, waits for the
-# WAL to be flushed up to that record -- and on a synchronous standby too -- which covers every
-# commit inserted before it.  A transaction without an id (SELECT 1) writes no commit record and
-# waits for nothing.
+# The cheapest statement whose commit waits for the WAL: it writes one WAL record of its own (a
+# transactional logical message: no row, no lock), so its commit, under synchronous_commit = on,
+# waits for the WAL to be flushed up to its commit record -- and on a synchronous standby too --
+# which covers every commit inserted before it.  A transaction that wrote no WAL commits without
+# waiting, even one holding a transaction id: PostgreSQL decides on the WAL written
+# (RecordTransactionCommit), so SELECT 1 or SELECT pg_current_xact_id() would cover nothing --
+# the second failed the failover test (docs/store.md).
 _FLUSH = "SELECT pg_logical_emit_message(true, 'halfmq.flush', '')"
 
 
