@@ -36,6 +36,7 @@ from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.logs import redact, safe_url
 from broker_service.metrics import BrokerMetrics
+from broker_service.schedulers.acl_reload import AclReloadScheduler
 from broker_service.schedulers.checkback import CheckBackScheduler
 from broker_service.schedulers.delays import DelayScheduler
 from broker_service.schedulers.presence import PresenceScheduler
@@ -61,6 +62,7 @@ class Broker:
     metrics: BrokerMetrics
     pull_hub: PullHub
     acl: AclRuntime | None
+    acl_reload: AclReloadScheduler | None  # None without the ACL
     retention: RetentionService
     audit: AuditService  # the console's audit log
     presence: PresenceService  # the brokers sharing the store
@@ -96,6 +98,8 @@ class Broker:
             )
         if self.acl is not None:  # published now, or once the store is ready
             await self.acl.start()
+        if self.acl_reload is not None:
+            self.acl_reload.start()
         self.beats.start()  # every broker, schedulers or not: it shares the store
         if settings.scheduler:
             self.delays.start()
@@ -111,8 +115,8 @@ class Broker:
         await self.delays.stop()
         if self.checks is not None:
             await self.checks.stop()
-        if self.acl is not None:
-            await self.acl.stop()
+        if self.acl_reload is not None:
+            await self.acl_reload.stop()
         self.store.close()
 
 
@@ -200,6 +204,7 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         metrics=metrics,
         pull_hub=hub,
         acl=acl,
+        acl_reload=None if acl is None else AclReloadScheduler(acl),
         retention=retention,
         audit=AuditService(store, clock),
         presence=presence,

@@ -5,8 +5,9 @@ and replay protection.
   the store as the newest version.  A store not ready yet (its schema behind the migrations, its
   PostgreSQL without a primary) does not hold the start: the file is enforced meanwhile, and the
   first look that finds the store ready publishes it.
-* Every ``reload_seconds`` the broker looks at its file: a changed, valid file is published; an
-  invalid edit is logged and the last good version stays.  It then reads the newest version in the
+* Every ``reload_seconds`` the broker looks at its file (:meth:`AclRuntime.reload`, which the
+  scheduler :mod:`broker_service.schedulers.acl_reload` calls): a changed, valid file is
+  published; an invalid edit is logged and the last good version stays.  It then reads the newest version in the
   store and enforces it -- so brokers sharing a database converge on the last version any of them
   published (from its file, or from ``halfmq acl``).
 * A nonce is remembered in the store until its request's timestamp leaves the window (in the
@@ -16,7 +17,6 @@ and replay protection.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import logging
@@ -59,14 +59,14 @@ class AclRuntime:
         self._file_digest = _digest(self._file_text)
         self._applied_id: int | None = None
         self._next_purge = 0
-        self._task: asyncio.Task[None] | None = None
         self._unpublished = False  # the file read at start, not yet published (store not ready)
-        self._store_failing = False  # the last look failed on the store (said once)
 
     # -- life ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Publish this broker's file as the newest version, then watch it and the store."""
+        """Publish this broker's file as the newest version: now, or (the store not ready) at the
+        first :meth:`reload` that finds the store ready.  The reloads are the schedulers' to run
+        (:mod:`broker_service.schedulers.acl_reload`)."""
         try:
             await self._publish(self.config, self._file_text)
         except DomainError as error:  # the store is not ready: enforced now, published later
@@ -76,36 +76,6 @@ class AclRuntime:
                 self.config.version,
                 error.message,
             )
-        self._task = asyncio.create_task(self._watch(), name="halfmq-acl-reload")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.reload_seconds)
-            try:
-                await self.reload()
-                await self.purge_nonces()
-            except DomainError as error:  # the store is down or not ready: said once
-                if not self._store_failing:
-                    log.warning(
-                        "ACL reload failed, version %s stays: %s",
-                        self.config.version,
-                        error.message,
-                    )
-                self._store_failing = True
-                continue
-            except Exception:  # a bug must not end the watch either
-                log.exception("ACL reload failed; version %s stays", self.config.version)
-                continue
-            if self._store_failing:
-                log.info("ACL reload works again; version %s enforced", self.config.version)
-                self._store_failing = False
 
     async def reload(self) -> None:
         """One look at the file (publish it if it changed and is valid), then at the store."""

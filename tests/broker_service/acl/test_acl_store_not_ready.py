@@ -15,6 +15,7 @@ import pytest
 from broker_service.acl.runtime import AclRuntime
 from broker_service.domain.clock import now_ms
 from broker_service.domain.errors import NotReady
+from broker_service.schedulers.acl_reload import AclReloadScheduler
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
 from broker_service.store.sql_store import SqlStore
@@ -47,15 +48,24 @@ async def test_the_file_is_enforced_at_once_and_published_once_the_store_is_read
         assert runtime.config.secret_for("bob-bank-key") == "bob-bank-secret"  # enforced
         assert "not published yet" in caplog.text
 
-        with pytest.raises(NotReady):  # still not ready (the watch says so once and goes on)
+        with pytest.raises(NotReady):  # still not ready
             await runtime.reload()
         assert runtime.config.secret_for("bob-bank-key") == "bob-bank-secret"
+        reloads = AclReloadScheduler(runtime)  # what the broker runs: says so once, goes on
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="halfmq.acl"):
+            for _ in range(3):
+                await reloads.run_round()
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1, said
+        assert said[0].startswith("reloading the ACL (the enforced version stays) failed: ")
 
         migrate.upgrade(behind)  # the operator's `halfmq db upgrade`
         assert store.check_schema().ready
         assert await store.read(lambda tx: tx.latest_acl()) is None
         with caplog.at_level(logging.INFO, logger="halfmq.acl"):
-            await runtime.reload()
+            await reloads.run_round()
+        assert "works again after 3 failed rounds" in caplog.text
         latest = await store.read(lambda tx: tx.latest_acl())
         assert latest is not None
         _, version, content = latest
@@ -63,7 +73,6 @@ async def test_the_file_is_enforced_at_once_and_published_once_the_store_is_read
         assert content == ACL
         assert f"ACL version {version} published by b1" in caplog.text
     finally:
-        await runtime.stop()
         store.close()
 
 
