@@ -71,6 +71,9 @@ class LogSync:
     def connect(self) -> None:
         """Be ready to sync (the writer calls it before its first commit)."""
 
+    def close(self) -> None:
+        """Let go of what it holds (the store is closing)."""
+
 
 class WalSync(LogSync):
     """SQLite under ``flush: sync``: the WAL's fsync, made apart from the commits it covers.
@@ -207,7 +210,7 @@ class PgFlush(LogSync):
             with self._conn.cursor() as cursor:
                 cursor.execute(_FLUSH)
         except Exception:
-            self.close()
+            self._disconnect()
             # Connected again at once where possible: the commits waiting now are refused
             # either way, those from now on need not be.
             with contextlib.suppress(Exception):
@@ -216,14 +219,14 @@ class PgFlush(LogSync):
         assert self._covered is not None
         return self._covered
 
-    def close(self) -> None:
+    def _disconnect(self) -> None:
         conn, self._conn, self._covered = self._conn, None, None
         if conn is not None:
             with contextlib.suppress(Exception):  # gone either way
                 conn.invalidate()
 
-    def dispose(self) -> None:
-        self.close()
+    def close(self) -> None:
+        self._disconnect()
         self.engine.dispose()
 
 

@@ -23,6 +23,7 @@ from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
 from broker_service.store.concurrent import ConcurrentUnits
 from broker_service.store.engine import (
+    LogSync,
     PgFlush,
     WalSync,
     driver_message,
@@ -84,21 +85,15 @@ class SqlStore:
         self.readers = make_engine(
             self.url, flush=settings.flush, writer=False, pool_size=settings.pool_size
         )
-        # Under flush=sync the log made durable apart from the commits (see WalSync, PgFlush).
-        path = sqlite_path(self.url) if is_sqlite(self.url) else None
-        self.wal_sync = WalSync(path) if path is not None and settings.flush is Flush.SYNC else None
-        self.pg_flush = (
-            PgFlush(self.url) if not is_sqlite(self.url) and settings.flush is Flush.SYNC else None
-        )
-        syncer = self.wal_sync or self.pg_flush
+        self.log_sync = _log_sync(self.url, settings.flush)
         self.writer_engine = make_engine(
-            self.url, flush=settings.flush, writer=True, sync_apart=syncer is not None
+            self.url, flush=settings.flush, writer=True, sync_apart=self.log_sync is not None
         )
         self.writer = GroupCommitWriter(
             self.writer_engine,
             batch_max=settings.write_batch_max,
             queue_max=settings.write_queue_max,
-            syncer=syncer,
+            syncer=self.log_sync,
         )
         self.pool_size = settings.pool_size
         self.flush = settings.flush
@@ -150,10 +145,8 @@ class SqlStore:
         self.schema_current = False
         self.schema_reason = "the broker is shutting down"
         self.writer.stop()
-        if self.wal_sync is not None:
-            self.wal_sync.close()
-        if self.pg_flush is not None:
-            self.pg_flush.dispose()
+        if self.log_sync is not None:
+            self.log_sync.close()
         if not self.inflight.wait_idle(_CLOSE_WAIT_SECONDS):
             log.warning("closing the store with reads still running after %ss", _CLOSE_WAIT_SECONDS)
         self.writer_engine.dispose()
@@ -259,3 +252,15 @@ class SqlStore:
         if done:
             log.info("vacuumed %s after the purge", ", ".join(done))
         return done
+
+
+def _log_sync(url: str, flush: Flush) -> LogSync | None:
+    """Under ``flush: sync``, what makes the writer's commits durable apart from them: SQLite's
+    WAL fsynced (:class:`WalSync`), PostgreSQL's WAL flushed by a commit of its own
+    (:class:`PgFlush`); None under ``flush: async``, where the commits wait for nothing."""
+    if flush is not Flush.SYNC:
+        return None
+    if is_sqlite(url):
+        path = sqlite_path(url)
+        return None if path is None else WalSync(path)
+    return PgFlush(url)

@@ -42,7 +42,7 @@ def apart(pg_url: str) -> Iterator[Engine]:
 def flush(pg_url: str) -> Iterator[PgFlush]:
     syncer = PgFlush(pg_url)
     yield syncer
-    syncer.dispose()
+    syncer.close()
 
 
 def _stored(url: str) -> list[str]:
@@ -60,8 +60,7 @@ def test_a_sync_store_on_postgresql_commits_asynchronously_and_flushes_apart(
     migrate.upgrade(pg_url)
     store = SqlStore(BrokerSettings(database_url=pg_url, flush=Flush.SYNC))
     try:
-        assert isinstance(store.pg_flush, PgFlush)
-        assert store.wal_sync is None
+        assert isinstance(store.log_sync, PgFlush)
         with store.writer_engine.connect() as conn:
             assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
         with store.readers.connect() as conn:
@@ -70,7 +69,7 @@ def test_a_sync_store_on_postgresql_commits_asynchronously_and_flushes_apart(
         store.close()
     relaxed = SqlStore(BrokerSettings(database_url=pg_url, flush=Flush.ASYNC))
     try:
-        assert relaxed.pg_flush is None, "flush=async waits for no flush at all, as before"
+        assert relaxed.log_sync is None, "flush=async waits for no flush at all, as before"
     finally:
         relaxed.close()
 
@@ -117,7 +116,7 @@ async def test_nothing_is_answered_before_the_flush_that_covers_it(
     finally:
         gate.set()
         writer.stop()
-        gated.dispose()
+        gated.close()
 
 
 async def test_a_lost_flush_connection_answers_503_and_the_next_flush_connects_again(
@@ -171,7 +170,7 @@ async def test_a_commit_the_flush_cannot_vouch_for_answers_503(
             assert refused.value.code == "STORE_UNAVAILABLE"
         finally:
             writer.stop()
-            syncer.dispose()
+            syncer.close()
 
 
 @pytest.mark.slow
@@ -198,4 +197,4 @@ def test_the_flush_waits_for_the_synchronous_standby(cluster: PgCluster) -> None
         assert not done.is_set()
     worker.join(30)
     assert done.is_set(), "and returns once the standby has the WAL"
-    syncer.dispose()
+    syncer.close()

@@ -66,14 +66,14 @@ def test_a_sync_store_on_sqlite_fsyncs_apart_and_its_writer_commits_normal(
 ) -> None:
     store = SqlStore(BrokerSettings(database_url=sqlite_store, flush=Flush.SYNC))
     try:
-        assert isinstance(store.wal_sync, WalSync)
+        assert isinstance(store.log_sync, WalSync)
         with store.writer_engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
     finally:
         store.close()
     relaxed = SqlStore(BrokerSettings(database_url=sqlite_store, flush=Flush.ASYNC))
     try:
-        assert relaxed.wal_sync is None, "flush=async does not fsync at all, as before"
+        assert relaxed.log_sync is None, "flush=async does not fsync at all, as before"
     finally:
         relaxed.close()
 
