@@ -151,7 +151,7 @@ async def eventually_async(predicate: Callable[[], Any], within: float, what: st
 
 
 async def test_async_inbox_under_forced_redelivery(
-    aconsumers: MakeConsumer, aproducers: MakeProducer, bank: Bank, ainproc: InProcessBroker
+    bank: Bank, aconsumers: MakeConsumer, aproducers: MakeProducer, ainproc: InProcessBroker
 ) -> None:
     ran: Counter[str] = Counter()
 

@@ -107,7 +107,7 @@ async def test_async_push_check_with_the_built_in_server(aproducers: Make) -> No
     assert (record["state"], record["resolved_by"]) == ("COMMITTED", "check")
 
 
-async def test_async_transactional_with_a_sync_sessionmaker(aproducers: Make, bank: Bank) -> None:
+async def test_async_transactional_with_a_sync_sessionmaker(bank: Bank, aproducers: Make) -> None:
     producer = aproducers()
 
     @producer.transactional("transfers", session_factory=bank.Session)
@@ -141,7 +141,7 @@ async def test_async_test_broker_raw_client(ainproc: InProcessBroker) -> None:
         assert (await client.get("/healthz")).status_code == 200
 
 
-async def test_async_transactional_with_an_async_sessionmaker(aproducers: Make, bank: Bank) -> None:
+async def test_async_transactional_with_an_async_sessionmaker(bank: Bank, aproducers: Make) -> None:
     pytest.importorskip("greenlet", reason="SQLAlchemy's asyncio needs greenlet")
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 

@@ -34,7 +34,7 @@ def _debit(session: Session, message: Message, arg: Any) -> LocalTransactionStat
     return None
 
 
-def test_commit_writes_the_effect_and_the_log_row(producers: Make, bank: Bank) -> None:
+def test_commit_writes_the_effect_and_the_log_row(bank: Bank, producers: Make) -> None:
     producer = producers()
     producer.transactional("transfers", session_factory=bank.Session)(_debit)
     with producer:
@@ -45,7 +45,7 @@ def test_commit_writes_the_effect_and_the_log_row(producers: Make, bank: Bank) -
 
 
 @pytest.mark.parametrize("how", ["raise", "return"])
-def test_rollback_leaves_nothing(producers: Make, bank: Bank, how: str) -> None:
+def test_rollback_leaves_nothing(bank: Bank, producers: Make, how: str) -> None:
     producer = producers()
 
     @producer.transactional("transfers", session_factory=bank.Session)
@@ -80,7 +80,7 @@ def test_check_answers_from_the_log(bank: Bank) -> None:
 
 @pytest.mark.parametrize("final", [State.COMMIT_MESSAGE, State.ROLLBACK_MESSAGE])
 def test_a_check_racing_an_open_local_transaction_answers_what_finally_happened(
-    producers: Make, bank: Bank, final: LocalTransactionState
+    bank: Bank, producers: Make, final: LocalTransactionState
 ) -> None:
     """The local transaction holds its log row open while the broker's check arrives at another
     instance of the group: the check waits for it, then answers its final outcome.  The doer sends

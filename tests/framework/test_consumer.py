@@ -228,7 +228,7 @@ def test_batch_ack_mode_gathers_acks(
 
 
 def test_transacted_ack_follows_the_commit(
-    consumers: MakeConsumer, producers: MakeProducer, bank: Bank, inproc: InProcessBroker
+    bank: Bank, consumers: MakeConsumer, producers: MakeProducer, inproc: InProcessBroker
 ) -> None:
     consumer = consumers()
     attempts: Counter[str] = Counter()
@@ -250,9 +250,9 @@ def test_transacted_ack_follows_the_commit(
 
 @pytest.mark.parametrize("dedup", [DedupKey.FIRST_KEY, DedupKey.MSG_ID])
 def test_inbox_gives_one_effect_per_message_under_forced_redelivery(
+    bank: Bank,
     consumers: MakeConsumer,
     producers: MakeProducer,
-    bank: Bank,
     inproc: InProcessBroker,
     dedup: DedupKey,
 ) -> None:
