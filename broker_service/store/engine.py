@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +183,10 @@ class PgFlush(LogSync):
         self.engine = create_engine(url, pool_size=1, max_overflow=0, isolation_level="AUTOCOMMIT")
         self._conn: Any = None  # the driver's connection, in autocommit
         self._covered: Covered | None = None
+        # Set by close(): a flusher still running then (left behind by a stop that timed out)
+        # must not connect again, or its connection would outlive the store.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def server(self, conn: Connection) -> object:
         """The server the writer's new connection is on (read once per connection)."""
@@ -191,18 +196,21 @@ class PgFlush(LogSync):
 
     def connect(self) -> None:
         """Connect now if not connected: what the writer commits from now on can be covered."""
-        if self._covered is not None:
-            return
-        conn = self.engine.raw_connection()
-        try:
-            cursor = conn.cursor()
-            cursor.execute(_SERVER)
-            server = tuple(cursor.fetchone() or ())
-            cursor.close()
-        except Exception:
-            conn.invalidate()
-            raise
-        self._conn, self._covered = conn, Covered(server, time.monotonic())
+        with self._lock:
+            if self._covered is not None:
+                return
+            if self._closed:
+                raise RuntimeError("the store's log sync is closed")
+            conn = self.engine.raw_connection()
+            try:
+                cursor = conn.cursor()
+                cursor.execute(_SERVER)
+                server = tuple(cursor.fetchone() or ())
+                cursor.close()
+            except Exception:
+                conn.invalidate()
+                raise
+            self._conn, self._covered = conn, Covered(server, time.monotonic())
 
     def __call__(self) -> Covered:
         try:
@@ -220,12 +228,15 @@ class PgFlush(LogSync):
         return self._covered
 
     def _disconnect(self) -> None:
-        conn, self._conn, self._covered = self._conn, None, None
+        with self._lock:
+            conn, self._conn, self._covered = self._conn, None, None
         if conn is not None:
             with contextlib.suppress(Exception):  # gone either way
                 conn.invalidate()
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         self._disconnect()
         self.engine.dispose()
 

@@ -41,8 +41,10 @@ commit itself waited.  A sync that fails answers its batches 503 ``STORE_UNAVAIL
 SQLite every later one fails too (what the kernel dropped cannot be told), until the broker is
 restarted; on PostgreSQL the next sync connects again, and a batch is answered only if that sync
 covers it (:meth:`LogSync.server <broker_service.store.engine.LogSync.server>`: the writer's
-connection was on the same server, and the sync's connection was made before the batch's commit
--- see ``PgFlush``), or else 503.
+connection was on the same server, and the sync's connection was made before the batch began,
+so before its commit -- see ``PgFlush``), or else 503, error answers too (one may rest on a read
+of a commit that was lost).  ``stop`` waits for each thread 30 s at most: one stuck on the store
+(a synchronous standby gone) is left behind and logged, never waited for without end.
 
 The writer counts its commits and their units (``batches``, ``units``, read at scrape time) and
 calls ``on_commit(seconds, units)`` after each one, if set: how the app times commits without the
@@ -74,6 +76,8 @@ log = logging.getLogger("halfmq.store.writer")
 _RETRIES = 3
 # Committed batches that may wait for the flusher before the writer waits too.
 _AHEAD = 8
+# How long stop() waits for each of its threads.
+_STOP_SECONDS = 30.0
 
 
 @dataclass(slots=True)
@@ -112,6 +116,9 @@ class GroupCommitWriter:
         self._syncer = syncer
         self._server_of = syncer.server if isinstance(syncer, LogSync) else None
         self._server: object = None  # server_of(self._conn)
+        # When the last batch run began (time.monotonic()): no later than its commit, which is
+        # what a sync's Covered.since is compared with.
+        self._began = 0.0
         # Committed batches waiting for the sync: (batch, server, when committed).
         self._synced: queue.Queue[Any] = queue.Queue(maxsize=_AHEAD)
         self._flusher: threading.Thread | None = None
@@ -142,13 +149,13 @@ class GroupCommitWriter:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the writer, then the flusher, after what they hold (30 s each at most: a thread
+        stuck on the store -- a synchronous standby gone, say -- is left behind, logged)."""
         if self._thread is not None:
-            self._queue.put(_STOP)
-            self._thread.join(timeout=30)
+            _stop_thread(self._thread, self._queue)
             self._thread = None
         if self._flusher is not None:  # after the writer: every batch it committed is answered
-            self._synced.put(_STOP)
-            self._flusher.join(timeout=30)
+            _stop_thread(self._flusher, self._synced)
             self._flusher = None
 
     def submit(
@@ -219,6 +226,7 @@ class GroupCommitWriter:
 
     def _run_batch(self, batch: list[_Job], *, careful: bool = False) -> None:
         conn = self._connection()
+        self._began = time.monotonic()
         began = time.perf_counter()
         try:
             with conn.begin():
@@ -318,8 +326,8 @@ class GroupCommitWriter:
         """Answer the batch now, or once the flusher has made its commit durable."""
         if self._syncer is None:
             _deliver(batch)
-        else:  # the server its commit was made on (None if none was), and when
-            self._synced.put((batch, self._server, time.monotonic()))
+        else:  # the server its commit was made on (None if none was), and a time before it
+            self._synced.put((batch, self._server, self._began))
 
     def _flush_loop(self) -> None:
         syncer = self._syncer
@@ -347,6 +355,17 @@ class GroupCommitWriter:
                 return
 
 
+def _stop_thread(thread: threading.Thread, source: queue.Queue[Any]) -> None:
+    """Queue a ``_STOP`` for ``thread`` and wait for it to end, neither for more than
+    ``_STOP_SECONDS`` (a full queue waits for the thread to take from it)."""
+    deadline = time.monotonic() + _STOP_SECONDS
+    with contextlib.suppress(queue.Full):
+        source.put(_STOP, timeout=_STOP_SECONDS)
+    thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        log.warning("%s did not stop within %ss; leaving it behind", thread.name, _STOP_SECONDS)
+
+
 def _refused_whole(batch: list[_Job]) -> bool:
     return all(not job.ok and isinstance(job.value, NotReady) for job in batch)
 
@@ -363,9 +382,14 @@ def _fail(committed: list[tuple[list[_Job], object, float]], why: str) -> None:
 def _uncovered(committed: list[tuple[list[_Job], object, float]], covered: Covered) -> None:
     """Refuse the batches a sync did not cover: committed on another server than the sync ran on
     (a failover in between), or before the sync's connection was made (the server may have
-    restarted since, losing them)."""
-    lost = [item for item in committed if item[1] != covered.server or item[2] < covered.since]
-    if lost and any(job.ok for batch, _server, _at in lost for job in batch):
+    restarted since, losing them).  Their error answers too: a 409 "already committed" may rest
+    on a commit that was lost.  A batch refused whole wrote and read nothing."""
+    lost = [
+        item
+        for item in committed
+        if not _refused_whole(item[0]) and (item[1] != covered.server or item[2] < covered.since)
+    ]
+    if lost:
         log.warning(
             "%d committed batches were not confirmed durable (the store's connection changed "
             "before their sync); answering 503",

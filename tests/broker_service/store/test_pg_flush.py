@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from broker_service.domain.errors import NotReady
+from broker_service.domain.errors import InvalidRequest, NotReady
 from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
 from broker_service.store.engine import Covered, PgFlush, make_engine
@@ -171,6 +172,80 @@ async def test_a_commit_the_flush_cannot_vouch_for_answers_503(
         finally:
             writer.stop()
             syncer.close()
+
+
+async def test_an_error_answer_the_flush_cannot_vouch_for_answers_503(
+    apart: Engine, flush: PgFlush, pg_url: str
+) -> None:
+    """An error answer may rest on a commit that was lost ("already committed", read from a
+    commit the server lost in a restart): a batch of error answers alone is refused too."""
+
+    def refuse(tx: Any) -> str:
+        put("seen")(tx)
+        raise InvalidRequest("read from what an uncovered commit wrote")
+
+    class Later(PgFlush):
+        def __call__(self) -> Covered:
+            return Covered(flush().server, float("inf"))
+
+        def server(self, conn: Any) -> object:
+            return flush.server(conn)
+
+    syncer = Later(pg_url)
+    writer = GroupCommitWriter(apart, syncer=syncer)
+    writer.start()
+    try:
+        with pytest.raises(NotReady) as refused:
+            await writer.submit(refuse)
+        assert refused.value.code == "STORE_UNAVAILABLE"
+    finally:
+        writer.stop()
+        syncer.close()
+
+
+async def test_a_flush_connection_made_while_a_batch_ran_does_not_cover_it(
+    apart: Engine, flush: PgFlush, pg_url: str
+) -> None:
+    """The batch's time is taken before its commit: a flush connection made (a server restarted)
+    while the batch ran, before or after its COMMIT, cannot vouch for it."""
+    made: list[float] = []
+
+    def unit(tx: Any) -> str:
+        value = put("during")(tx)
+        made.append(time.monotonic())  # the flush "connects" now, before this batch commits
+        return value
+
+    class Meanwhile(PgFlush):
+        def __call__(self) -> Covered:
+            return Covered(flush().server, made[0])
+
+        def server(self, conn: Any) -> object:
+            return flush.server(conn)
+
+    syncer = Meanwhile(pg_url)
+    writer = GroupCommitWriter(apart, syncer=syncer)
+    writer.start()
+    try:
+        with pytest.raises(NotReady) as refused:
+            await writer.submit(unit)
+        assert refused.value.code == "STORE_UNAVAILABLE"
+        made[0] = 0.0  # a connection made before the batch covers it
+        assert await writer.submit(put("after")) == "after"
+    finally:
+        writer.stop()
+        syncer.close()
+
+
+def test_a_closed_flush_never_connects_again(flush: PgFlush) -> None:
+    """A flusher left running after the store closed (its stop timed out) cannot make a
+    connection that would outlive the store."""
+    flush()
+    flush.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        flush.connect()
+    with pytest.raises(RuntimeError, match="closed"):  # the retry after the failure is refused
+        flush()
+    assert flush._conn is None
 
 
 @pytest.mark.slow

@@ -174,3 +174,44 @@ def test_the_wal_made_again_is_the_one_synced(sqlite_store: str) -> None:
         assert _stored(sqlite_store) == ["0", "1"]
     finally:
         sync.close()
+
+
+async def test_stop_returns_while_the_sync_hangs(
+    apart: Engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sync that never returns (a synchronous standby gone) fills the committed batches' queue
+    and then holds the writer; stopping still returns, in bounded time, and says what it left."""
+    from broker_service.store import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "_STOP_SECONDS", 0.3)
+    _table(apart)
+    release = threading.Event()
+
+    def hanging_sync() -> None:
+        release.wait(30)
+
+    writer = GroupCommitWriter(apart, batch_max=1, syncer=hanging_sync)
+    writer.start()
+    committing, flushing = writer._thread, writer._flusher
+    assert committing is not None
+    assert flushing is not None
+    try:
+        pending = [writer.submit(_insert(f"v{i}")) for i in range(4 * writer_module._AHEAD)]
+        for _ in range(200):  # the writer blocks once _AHEAD batches wait for the sync
+            if writer._synced.full():
+                break
+            await asyncio.sleep(0.01)
+        assert writer._synced.full()
+        began = asyncio.get_running_loop().time()
+        with caplog.at_level("WARNING", logger="halfmq.store.writer"):
+            writer.stop()
+        assert asyncio.get_running_loop().time() - began < 5
+        assert "did not stop" in caplog.text
+        assert not any(future.done() for future in pending), "nothing answered unsynced"
+    finally:  # let the threads it left behind end
+        release.set()
+        committing.join(10)
+        writer._synced.put(writer_module._STOP, timeout=10)
+        flushing.join(10)
+        assert not committing.is_alive()
+        assert not flushing.is_alive()
