@@ -4,7 +4,9 @@ and replay protection.
 * At start the file is read (a malformed one refuses the start, naming the line) and published to
   the store as the newest version.  A store not ready yet (its schema behind the migrations, its
   PostgreSQL without a primary) does not hold the start: the file is enforced meanwhile, and the
-  first look that finds the store ready publishes it.
+  first look that finds the store ready publishes the file as it is then -- unless a version was
+  published since this broker started (by another broker, or ``halfmq acl``): that one is newer,
+  and is enforced instead (a key revoked meanwhile stays revoked).
 * Every ``reload_seconds`` the broker looks at its file (:meth:`AclRuntime.reload`, which the
   scheduler :mod:`broker_service.schedulers.acl_reload` calls): a changed, valid file is
   published; an invalid edit is logged and the last good version stays.  It then reads the newest version in the
@@ -60,6 +62,7 @@ class AclRuntime:
         self._applied_id: int | None = None
         self._next_purge = 0
         self._unpublished = False  # the file read at start, not yet published (store not ready)
+        self._started_at = 0  # when start() ran (epoch ms)
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -67,6 +70,7 @@ class AclRuntime:
         """Publish this broker's file as the newest version: now, or (the store not ready) at the
         first :meth:`reload` that finds the store ready.  The reloads are the schedulers' to run
         (:mod:`broker_service.schedulers.acl_reload`)."""
+        self._started_at = self.clock()
         try:
             await self._publish(self.config, self._file_text)
         except DomainError as error:  # the store is not ready: enforced now, published later
@@ -80,12 +84,23 @@ class AclRuntime:
     async def reload(self) -> None:
         """One look at the file (publish it if it changed and is valid), then at the store."""
         if self._unpublished:  # the store was not ready at start
-            await self._publish(self.config, self._file_text)
-            self._unpublished = False
+            await self._publish_late()
         await self._reload_file()
         latest = await self.store.read(lambda tx: tx.latest_acl())
         if latest is not None and latest[0] != self._applied_id:
             self._apply(*latest)
+
+    async def _publish_late(self) -> None:
+        """The store is ready now: publish the file as it is now (``halfmq acl`` may have changed
+        it meanwhile), unless a version was published since this broker started -- newer than
+        its file, it is what :meth:`reload` enforces next."""
+        started = self._started_at
+        newer = await self.store.read(lambda tx: tx.acl_published_since(started))
+        self._unpublished = False
+        if newer:
+            log.info("ACL: a version was published since this broker started; its file's is not")
+        else:
+            self._file_digest = ""  # read, checked and published by _reload_file
 
     async def _reload_file(self) -> None:
         try:
@@ -137,8 +152,10 @@ class AclRuntime:
         config = change(self.config)
         content = dump_acl(config)
         _write_atomically(self.path, content)
-        self._file_digest = _digest(content)
         await self._publish(config, content)
+        # Only once published: a publish that failed (the store not ready) leaves the file
+        # changed to the next reload, which publishes it then.
+        self._file_digest = _digest(content)
         return config
 
     # -- replay protection ----------------------------------------------------------------------

@@ -144,6 +144,10 @@ class AclPart(SqlPart):
         row = self.conn.execute(_latest).first()
         return None if row is None else (int(row.id), str(row.version), str(row.content))
 
+    def acl_published_since(self, at: int) -> bool:
+        query = select(acl_versions.c.id).where(acl_versions.c.published_at >= at).limit(1)
+        return self.conn.execute(query).first() is not None
+
     def publish_acl(self, version: str, content: str, at: int, by: str) -> int:
         result = self.conn.execute(
             insert(acl_versions).values(
