@@ -149,6 +149,10 @@ class Covered:
 
 # Which server a connection is on: its address, its port and when its postmaster started (a
 # promoted standby or a restarted server is another).
+# A store error's text never shows the statement's parameters: they can hold an ACL's secret keys
+# (a published version) and message bodies, and the error may reach a log line.
+HIDE_PARAMETERS = True
+
 _SERVER = (
     "SELECT inet_server_addr()::text, current_setting('port'), pg_postmaster_start_time()::text"
 )
@@ -250,7 +254,9 @@ def make_claims_engine(url: str, *, pool_size: int = 5, durable: bool = False) -
     without a ``SET LOCAL`` round trip of its own.  No pre-ping: the units retry on a fresh
     connection when one is found dead, which saves a round trip per unit.
     """
-    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    engine = create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, hide_parameters=HIDE_PARAMETERS
+    )
     if not durable:
         _commit_asynchronously(engine)
     return engine
@@ -274,6 +280,7 @@ def _sqlite_engine(
         pool_size=1 if writer else pool_size,
         max_overflow=0 if writer else pool_size,
         connect_args={"check_same_thread": False, "timeout": 30},
+        hide_parameters=HIDE_PARAMETERS,
         # The writer's connection always ends its transaction itself (commit, or rollback on an
         # error): no reset when it goes back to the pool.
         pool_reset_on_return=None if writer else "rollback",
@@ -319,6 +326,7 @@ def _postgres_engine(
         # The writer runs again, on a fresh connection, the units of a batch that failed (see
         # store/writer.py): a ping before each batch would cost a round trip for nothing.
         pool_pre_ping=not writer,
+        hide_parameters=HIDE_PARAMETERS,
     )
     if writer and (flush is Flush.ASYNC or sync_apart):
         _commit_asynchronously(engine)

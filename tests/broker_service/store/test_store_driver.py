@@ -3,8 +3,10 @@ own execution does, so that the writer's retries and 422s keep working on both s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.exc import IntegrityError
 
 from broker_service.domain.messages.model import PendingMessage, PlainBatch, Topic
@@ -166,5 +168,21 @@ def test_plain_batches_take_runs_of_offsets_and_a_dropped_unit_leaves_nothing(
             (0, 4, "single-1"),
             (1, 0, "b-1-q"),
         ]
+    finally:
+        engine.dispose()
+
+
+def test_a_store_error_never_shows_the_statements_parameters(tmp_path: Path) -> None:
+    """An ACL version's text holds secret keys; an error writing it may be logged."""
+    engine = make_engine(f"sqlite:///{tmp_path / 's.db'}", flush=Flush.ASYNC, writer=True)
+    try:
+        insert = text("INSERT INTO t (k) VALUES (:k)")
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE t (k TEXT PRIMARY KEY)"))
+            conn.execute(insert, {"k": "secretKey: s3cr3t"})
+        with engine.begin() as conn, pytest.raises(IntegrityError) as failed:
+            conn.execute(insert, {"k": "secretKey: s3cr3t"})
+        assert "s3cr3t" not in str(failed.value)
+        assert "hidden due to hide_parameters" in str(failed.value)
     finally:
         engine.dispose()
