@@ -13,6 +13,7 @@ the last moments of acknowledged writes (a process crash cannot).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -26,6 +27,8 @@ from sqlalchemy.exc import DBAPIError
 
 from broker_service.domain.errors import NotReady
 from broker_service.settings import Flush
+
+log = logging.getLogger("halfmq.store")
 
 
 def is_sqlite(url: str) -> bool:
@@ -74,6 +77,10 @@ class LogSync:
 
     def close(self) -> None:
         """Let go of what it holds (the store is closing)."""
+
+    def keep_alive(self) -> None:
+        """Nothing waited for a sync a while (the flusher calls it when idle): find out now
+        whether the sync still works, rather than with the next batch."""
 
 
 class WalSync(LogSync):
@@ -230,6 +237,15 @@ class PgFlush(LogSync):
             raise
         assert self._covered is not None
         return self._covered
+
+    def keep_alive(self) -> None:
+        """A flush with nothing waiting: a connection that died while idle (the server's
+        ``idle_session_timeout``, a firewall's, a restart) is replaced now, before the next
+        commit -- which it then covers -- instead of failing that commit's flush with a 503."""
+        try:
+            self()
+        except Exception as exc:
+            log.info("the store's idle flush connection failed (%s)", driver_message(exc))
 
     def _disconnect(self) -> None:
         with self._lock:

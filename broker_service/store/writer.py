@@ -78,6 +78,8 @@ _RETRIES = 3
 _AHEAD = 8
 # How long stop() waits for each of its threads.
 _STOP_SECONDS = 30.0
+# How long the flusher waits for a batch before it checks that its sync still works.
+_IDLE_SECONDS = 10.0
 
 
 @dataclass(slots=True)
@@ -333,7 +335,12 @@ class GroupCommitWriter:
         syncer = self._syncer
         assert syncer is not None
         while True:
-            first = self._synced.get()
+            try:
+                first = self._synced.get(timeout=_IDLE_SECONDS)
+            except queue.Empty:
+                if isinstance(syncer, LogSync):
+                    syncer.keep_alive()
+                continue
             if first is _STOP:
                 return
             committed, stop = _drain(self._synced, first, None)

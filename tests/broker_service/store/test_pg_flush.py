@@ -140,6 +140,33 @@ async def test_a_lost_flush_connection_answers_503_and_the_next_flush_connects_a
         writer.stop()
 
 
+async def test_a_flush_connection_lost_while_idle_is_replaced_before_the_next_commit(
+    apart: Engine, flush: PgFlush, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed while nothing was written (a server's idle_session_timeout, a firewall): the idle
+    flusher notices and connects again, so the next write is answered, not refused."""
+    from broker_service.store import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "_IDLE_SECONDS", 0.1)
+    writer = GroupCommitWriter(apart, syncer=flush)
+    writer.start()
+    try:
+        assert await writer.submit(put("a")) == "a"
+        pid = flush._conn.dbapi_connection.info.backend_pid
+        killer = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+        with killer.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        killer.dispose()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            conn_now = flush._conn
+            if conn_now is not None and conn_now.dbapi_connection.info.backend_pid != pid:
+                break
+        assert await writer.submit(put("b")) == "b"
+    finally:
+        writer.stop()
+
+
 async def test_a_commit_the_flush_cannot_vouch_for_answers_503(
     apart: Engine, flush: PgFlush, pg_url: str
 ) -> None:
