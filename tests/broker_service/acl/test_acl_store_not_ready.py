@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,62 +93,56 @@ def test_a_store_behind_says_so_once_however_often_it_is_probed(
         store.close()
 
 
-def _runtime(store: SqlStore, acl_path: Path) -> AclRuntime:
-    return AclRuntime(
+@pytest.fixture
+def waiting(behind: str, tmp_path: Path) -> Iterator[tuple[SqlStore, AclRuntime]]:
+    """A broker's store, not ready yet, and its ACL runtime over the test's file (not started)."""
+    acl_path = tmp_path / "acl.yml"
+    acl_path.write_text(ACL)
+    store = SqlStore(BrokerSettings(database_url=behind))
+    store.open()
+    runtime = AclRuntime(
         acl_path, store, now_ms, broker_id="b1", window_ms=300_000, reload_seconds=3600
     )
+    yield store, runtime
+    store.close()
 
 
 async def test_a_version_published_since_the_start_is_not_overridden_by_the_late_publish(
-    behind: str, tmp_path: Path
+    behind: str, waiting: tuple[SqlStore, AclRuntime]
 ) -> None:
     """Another broker (or `halfmq acl`) revokes a key while this broker waits for its store: once
     the store is ready, this broker enforces that newer version rather than publishing its file
     over it -- the revoked key stays revoked on every broker."""
-    acl_path = tmp_path / "acl.yml"
-    acl_path.write_text(ACL)
-    store = SqlStore(BrokerSettings(database_url=behind))
-    store.open()
-    runtime = _runtime(store, acl_path)
-    try:
-        await runtime.start()
-        migrate.upgrade(behind)
-        assert store.check_schema().ready
-        revoked = runtime.config.without_account("bob-bank-key")
-        content = dump_acl(revoked)
-        at = now_ms()
-        await store.write(lambda tx: tx.publish_acl(revoked.version, content, at, "b2"))
-        await runtime.reload()
-        latest = await store.read(lambda tx: tx.latest_acl())
-        assert latest is not None
-        assert latest[1] == revoked.version
-        assert runtime.config.secret_for("bob-bank-key") is None
-    finally:
-        store.close()
+    store, runtime = waiting
+    await runtime.start()
+    migrate.upgrade(behind)
+    assert store.check_schema().ready
+    revoked = runtime.config.without_account("bob-bank-key")
+    content = dump_acl(revoked)
+    at = now_ms()
+    await store.write(lambda tx: tx.publish_acl(revoked.version, content, at, "b2"))
+    await runtime.reload()
+    latest = await store.read(lambda tx: tx.latest_acl())
+    assert latest is not None
+    assert latest[1] == revoked.version
+    assert runtime.config.secret_for("bob-bank-key") is None
 
 
 async def test_a_change_made_while_the_store_was_not_ready_is_published_once_it_is(
-    behind: str, tmp_path: Path
+    behind: str, waiting: tuple[SqlStore, AclRuntime]
 ) -> None:
     """`halfmq acl` on a broker whose store is not ready writes the file, and the publish fails;
     the next reload that finds the store ready publishes the file as changed, not as started."""
-    acl_path = tmp_path / "acl.yml"
-    acl_path.write_text(ACL)
-    store = SqlStore(BrokerSettings(database_url=behind))
-    store.open()
-    runtime = _runtime(store, acl_path)
-    try:
-        await runtime.start()
-        with pytest.raises(NotReady):
-            await runtime.update(lambda config: config.without_account("teller-key"))
-        assert "teller-key" not in acl_path.read_text()
-        migrate.upgrade(behind)
-        assert store.check_schema().ready
-        await runtime.reload()
-        latest = await store.read(lambda tx: tx.latest_acl())
-        assert latest is not None
-        assert "teller-key" not in latest[2]
-        assert "smith-bank-key" in latest[2]
-        assert runtime.config.secret_for("teller-key") is None
-    finally:
-        store.close()
+    store, runtime = waiting
+    await runtime.start()
+    with pytest.raises(NotReady):
+        await runtime.update(lambda config: config.without_account("teller-key"))
+    assert "teller-key" not in runtime.path.read_text()
+    migrate.upgrade(behind)
+    assert store.check_schema().ready
+    await runtime.reload()
+    latest = await store.read(lambda tx: tx.latest_acl())
+    assert latest is not None
+    assert "teller-key" not in latest[2]
+    assert "smith-bank-key" in latest[2]
+    assert runtime.config.secret_for("teller-key") is None

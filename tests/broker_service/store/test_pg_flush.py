@@ -7,9 +7,10 @@ commit the flush cannot vouch for (another server, or before the flush's connect
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -167,38 +168,48 @@ async def test_a_flush_connection_lost_while_idle_is_replaced_before_the_next_co
         writer.stop()
 
 
+class Vouching(PgFlush):
+    """A real flush (``real``), which then claims to cover what ``covers`` makes of its answer:
+    another server, or a connection made later than it was."""
+
+    def __init__(self, url: str, real: PgFlush, covers: Callable[[Covered], Covered]) -> None:
+        super().__init__(url)
+        self.real, self.covers = real, covers
+
+    def __call__(self) -> Covered:
+        return self.covers(self.real())
+
+    def server(self, conn: Any) -> object:
+        return self.real.server(conn)
+
+
+@contextlib.contextmanager
+def writing(engine: Engine, syncer: PgFlush) -> Iterator[GroupCommitWriter]:
+    writer = GroupCommitWriter(engine, syncer=syncer)
+    writer.start()
+    try:
+        yield writer
+    finally:
+        writer.stop()
+        syncer.close()
+
+
+async def refused(answer: Awaitable[Any]) -> None:
+    with pytest.raises(NotReady) as error:
+        await answer
+    assert error.value.code == "STORE_UNAVAILABLE"
+
+
 async def test_a_commit_the_flush_cannot_vouch_for_answers_503(
     apart: Engine, flush: PgFlush, pg_url: str
 ) -> None:
     """Committed on another server than the flush ran on (a failover between), or before the
     flush's connection was made (the server may have restarted since): 503, never 2xx."""
-
-    class Elsewhere(PgFlush):
-        def __call__(self) -> Covered:
-            covered = flush()
-            return Covered(("another", "server"), covered.since)
-
-        def server(self, conn: Any) -> object:
-            return flush.server(conn)
-
-    class Later(PgFlush):
-        def __call__(self) -> Covered:
-            covered = flush()
-            return Covered(covered.server, float("inf"))
-
-        def server(self, conn: Any) -> object:
-            return flush.server(conn)
-
-    for syncer in (Elsewhere(pg_url), Later(pg_url)):
-        writer = GroupCommitWriter(apart, syncer=syncer)
-        writer.start()
-        try:
-            with pytest.raises(NotReady) as refused:
-                await writer.submit(put("x"))
-            assert refused.value.code == "STORE_UNAVAILABLE"
-        finally:
-            writer.stop()
-            syncer.close()
+    elsewhere = Vouching(pg_url, flush, lambda c: Covered(("another", "server"), c.since))
+    later = Vouching(pg_url, flush, lambda c: Covered(c.server, float("inf")))
+    for syncer in (elsewhere, later):
+        with writing(apart, syncer) as writer:
+            await refused(writer.submit(put("x")))
 
 
 async def test_an_error_answer_the_flush_cannot_vouch_for_answers_503(
@@ -211,23 +222,9 @@ async def test_an_error_answer_the_flush_cannot_vouch_for_answers_503(
         put("seen")(tx)
         raise InvalidRequest("read from what an uncovered commit wrote")
 
-    class Later(PgFlush):
-        def __call__(self) -> Covered:
-            return Covered(flush().server, float("inf"))
-
-        def server(self, conn: Any) -> object:
-            return flush.server(conn)
-
-    syncer = Later(pg_url)
-    writer = GroupCommitWriter(apart, syncer=syncer)
-    writer.start()
-    try:
-        with pytest.raises(NotReady) as refused:
-            await writer.submit(refuse)
-        assert refused.value.code == "STORE_UNAVAILABLE"
-    finally:
-        writer.stop()
-        syncer.close()
+    later = Vouching(pg_url, flush, lambda c: Covered(c.server, float("inf")))
+    with writing(apart, later) as writer:
+        await refused(writer.submit(refuse))
 
 
 async def test_a_flush_connection_made_while_a_batch_ran_does_not_cover_it(
@@ -242,25 +239,11 @@ async def test_a_flush_connection_made_while_a_batch_ran_does_not_cover_it(
         made.append(time.monotonic())  # the flush "connects" now, before this batch commits
         return value
 
-    class Meanwhile(PgFlush):
-        def __call__(self) -> Covered:
-            return Covered(flush().server, made[0])
-
-        def server(self, conn: Any) -> object:
-            return flush.server(conn)
-
-    syncer = Meanwhile(pg_url)
-    writer = GroupCommitWriter(apart, syncer=syncer)
-    writer.start()
-    try:
-        with pytest.raises(NotReady) as refused:
-            await writer.submit(unit)
-        assert refused.value.code == "STORE_UNAVAILABLE"
+    meanwhile = Vouching(pg_url, flush, lambda c: Covered(c.server, made[0]))
+    with writing(apart, meanwhile) as writer:
+        await refused(writer.submit(unit))
         made[0] = 0.0  # a connection made before the batch covers it
         assert await writer.submit(put("after")) == "after"
-    finally:
-        writer.stop()
-        syncer.close()
 
 
 def test_a_closed_flush_never_connects_again(flush: PgFlush) -> None:
