@@ -154,14 +154,17 @@ class Covered:
     since: float
 
 
-# Which server a connection is on: its address, its port and when its postmaster started (a
-# promoted standby or a restarted server is another).
 # A store error's text never shows the statement's parameters: they can hold an ACL's secret keys
 # (a published version) and message bodies, and the error may reach a log line.
 HIDE_PARAMETERS = True
 
+# Which server a connection is on: its address, its port and when its postmaster started (a
+# promoted standby or a restarted server is another).
 _SERVER = (
     "SELECT inet_server_addr()::text, current_setting('port'), pg_postmaster_start_time()::text"
+)
+_MAY_FLUSH = (
+    "SELECT has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
 )
 # The cheapest statement whose commit waits for the WAL: it writes one WAL record of its own (a
 # transactional logical message: no row, no lock), so its commit, under synchronous_commit = on,
@@ -171,6 +174,17 @@ _SERVER = (
 # (RecordTransactionCommit), so SELECT 1 or SELECT pg_current_xact_id() would cover nothing --
 # the second failed the failover test (docs/store.md).
 _FLUSH = "SELECT pg_logical_emit_message(true, 'halfmq.flush', '')"
+
+
+class FlushNotAllowed(RuntimeError):
+    """The broker's PostgreSQL role may not run the flush (``flush: sync``)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            f"{why}: flush: sync on PostgreSQL needs EXECUTE on pg_logical_emit_message -- "
+            "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO the "
+            "broker's role, or run with flush: async (docs/store.md)"
+        )
 
 
 class PgFlush(LogSync):
@@ -217,10 +231,17 @@ class PgFlush(LogSync):
                 cursor = conn.cursor()
                 cursor.execute(_SERVER)
                 server = tuple(cursor.fetchone() or ())
+                # A role that may not flush is told now, and how to mend it (asked, not tried:
+                # a flush would wait here for a synchronous standby that is away).
+                cursor.execute(_MAY_FLUSH)
+                allowed = bool((cursor.fetchone() or (False,))[0])
                 cursor.close()
             except Exception:
                 conn.invalidate()
                 raise
+            if not allowed:
+                conn.invalidate()
+                raise FlushNotAllowed("permission denied for function pg_logical_emit_message")
             self._conn, self._covered = conn, Covered(server, time.monotonic())
 
     def __call__(self) -> Covered:

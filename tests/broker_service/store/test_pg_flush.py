@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, text
 from broker_service.domain.errors import InvalidRequest, NotReady
 from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
-from broker_service.store.engine import Covered, PgFlush, make_engine
+from broker_service.store.engine import Covered, FlushNotAllowed, PgFlush, make_engine
 from broker_service.store.sql_store import SqlStore
 from broker_service.store.writer import GroupCommitWriter
 from halfmq.pg_cluster import PgCluster
@@ -283,3 +283,30 @@ def test_the_flush_waits_for_the_synchronous_standby(cluster: PgCluster) -> None
     worker.join(30)
     assert done.is_set(), "and returns once the standby has the WAL"
     syncer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_a_role_that_may_not_flush_is_told_how_to_mend_it(cluster: PgCluster) -> None:
+    """A hosted PostgreSQL may revoke pg_logical_emit_message from PUBLIC: the flush's connect
+    says so when the writer starts (not at the first write), and every write it refuses names
+    the GRANT -- never a 2xx."""
+    cluster.execute(
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC",
+        database="halfmq",
+    )
+    cluster.execute("CREATE ROLE app LOGIN")
+    cluster.execute("GRANT ALL ON SCHEMA public TO app", database="halfmq")
+    url = cluster.url().replace("://postgres@", "://app@", 1)
+    syncer = PgFlush(url)
+    with pytest.raises(FlushNotAllowed, match="GRANT EXECUTE ON FUNCTION pg_logical_emit_message"):
+        syncer.connect()
+    engine = make_engine(url, flush=Flush.SYNC, writer=True, sync_apart=True)
+    create_kv(engine)
+    try:
+        with writing(engine, syncer) as writer:
+            with pytest.raises(NotReady, match="GRANT EXECUTE") as error:
+                await writer.submit(put("x"))
+            assert error.value.code == "STORE_UNAVAILABLE"
+    finally:
+        engine.dispose()
