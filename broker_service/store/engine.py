@@ -163,8 +163,12 @@ HIDE_PARAMETERS = True
 _SERVER = (
     "SELECT inet_server_addr()::text, current_setting('port'), pg_postmaster_start_time()::text"
 )
+# Whether the role may execute the flush's function: the text-content one of its forms, by oid
+# (PostgreSQL 17 gave it a fourth, defaulted argument), true when there is none to ask about.
 _MAY_FLUSH = (
-    "SELECT has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+    "SELECT coalesce(bool_and(has_function_privilege(oid, 'EXECUTE')), true) FROM pg_proc"
+    " WHERE proname = 'pg_logical_emit_message' AND pronamespace = 'pg_catalog'::regnamespace"
+    " AND proargtypes[2] = 'text'::regtype"
 )
 # The cheapest statement whose commit waits for the WAL: it writes one WAL record of its own (a
 # transactional logical message: no row, no lock), so its commit, under synchronous_commit = on,
@@ -183,7 +187,8 @@ class FlushNotAllowed(RuntimeError):
         super().__init__(
             f"{why}: flush: sync on PostgreSQL needs EXECUTE on pg_logical_emit_message -- "
             "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO the "
-            "broker's role, or run with flush: async (docs/store.md)"
+            "broker's role (PostgreSQL 17 and later: (boolean, text, text, boolean)), or run with "
+            "flush: async (docs/store.md)"
         )
 
 
@@ -220,34 +225,44 @@ class PgFlush(LogSync):
         return server
 
     def connect(self) -> None:
-        """Connect now if not connected: what the writer commits from now on can be covered."""
+        """Connect now if not connected: what the writer commits from now on can be covered.
+        Not under the lock: close() must not wait for a connect that hangs on the network."""
+        if self._covered is not None:
+            return
+        if self._closed:
+            raise RuntimeError("the store's log sync is closed")
+        conn = self.engine.raw_connection()
+        try:
+            cursor = conn.cursor()
+            cursor.execute(_SERVER)
+            server = tuple(cursor.fetchone() or ())
+            # A role that may not flush is told now, and how to mend it (asked, not tried: a
+            # flush would wait here for a synchronous standby that is away).
+            cursor.execute(_MAY_FLUSH)
+            allowed = bool((cursor.fetchone() or (True,))[0])
+            cursor.close()
+        except Exception:
+            conn.invalidate()
+            raise
+        if not allowed:
+            conn.invalidate()
+            raise FlushNotAllowed("permission denied for function pg_logical_emit_message")
         with self._lock:
-            if self._covered is not None:
-                return
+            installed = not self._closed and self._covered is None
+            if installed:
+                self._conn, self._covered = conn, Covered(server, time.monotonic())
+        if not installed:
+            conn.invalidate()
             if self._closed:
                 raise RuntimeError("the store's log sync is closed")
-            conn = self.engine.raw_connection()
-            try:
-                cursor = conn.cursor()
-                cursor.execute(_SERVER)
-                server = tuple(cursor.fetchone() or ())
-                # A role that may not flush is told now, and how to mend it (asked, not tried:
-                # a flush would wait here for a synchronous standby that is away).
-                cursor.execute(_MAY_FLUSH)
-                allowed = bool((cursor.fetchone() or (False,))[0])
-                cursor.close()
-            except Exception:
-                conn.invalidate()
-                raise
-            if not allowed:
-                conn.invalidate()
-                raise FlushNotAllowed("permission denied for function pg_logical_emit_message")
-            self._conn, self._covered = conn, Covered(server, time.monotonic())
 
     def __call__(self) -> Covered:
         try:
             self.connect()
-            with self._conn.cursor() as cursor:
+            conn, covered = self._conn, self._covered
+            if conn is None or covered is None:  # closed meanwhile
+                raise RuntimeError("the store's log sync is closed")
+            with conn.cursor() as cursor:
                 cursor.execute(_FLUSH)
         except Exception:
             self._disconnect()
@@ -256,8 +271,7 @@ class PgFlush(LogSync):
             with contextlib.suppress(Exception):
                 self.connect()
             raise
-        assert self._covered is not None
-        return self._covered
+        return covered
 
     def keep_alive(self) -> None:
         """A flush with nothing waiting: a connection that died while idle (the server's
@@ -276,8 +290,7 @@ class PgFlush(LogSync):
                 conn.invalidate()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
+        self._closed = True  # read by connect(), which takes the lock only to install its result
         self._disconnect()
         self.engine.dispose()
 

@@ -118,9 +118,11 @@ class GroupCommitWriter:
         self._syncer = syncer
         self._server_of = syncer.server if isinstance(syncer, LogSync) else None
         self._server: object = None  # server_of(self._conn)
-        # When the last batch run began (time.monotonic()): no later than its commit, which is
-        # what a sync's Covered.since is compared with.
+        # The last batch run: when it began (time.monotonic(), no later than its commit, which
+        # is what a sync's Covered.since is compared with) and the server it ran on (kept when a
+        # failure drops the connection: the failure's answer is the batch's, on that server).
         self._began = 0.0
+        self._ran_on: object = None
         # Committed batches waiting for the sync: (batch, server, when committed).
         self._synced: queue.Queue[Any] = queue.Queue(maxsize=_AHEAD)
         self._flusher: threading.Thread | None = None
@@ -228,7 +230,7 @@ class GroupCommitWriter:
 
     def _run_batch(self, batch: list[_Job], *, careful: bool = False) -> None:
         conn = self._connection()
-        self._began = time.monotonic()
+        self._began, self._ran_on = time.monotonic(), self._server
         began = time.perf_counter()
         try:
             with conn.begin():
@@ -329,7 +331,7 @@ class GroupCommitWriter:
         if self._syncer is None:
             _deliver(batch)
         else:  # the server its commit was made on (None if none was), and a time before it
-            self._synced.put((batch, self._server, self._began))
+            self._synced.put((batch, self._ran_on, self._began))
 
     def _flush_loop(self) -> None:
         syncer = self._syncer

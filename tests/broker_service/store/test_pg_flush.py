@@ -246,6 +246,18 @@ async def test_a_flush_connection_made_while_a_batch_ran_does_not_cover_it(
         assert await writer.submit(put("after")) == "after"
 
 
+async def test_a_value_the_store_refuses_is_a_400_under_the_flush(
+    apart: Engine, flush: PgFlush
+) -> None:
+    """The failure drops the writer's connection; its answer is still the batch's, on the server
+    the flush vouches for: 400 INVALID_VALUE, not a 503 the client would retry without end."""
+    with writing(apart, flush) as writer:
+        with pytest.raises(InvalidRequest) as error:
+            await writer.submit(put("a\x00b"))  # PostgreSQL's text holds no NUL
+        assert error.value.code == "INVALID_VALUE"
+        assert await writer.submit(put("fine")) == "fine"
+
+
 def test_a_closed_flush_never_connects_again(flush: PgFlush) -> None:
     """A flusher left running after the store closed (its stop timed out) cannot make a
     connection that would outlive the store."""
