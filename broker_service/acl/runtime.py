@@ -112,13 +112,14 @@ class AclRuntime:
         digest = _digest(text)
         if digest == self._file_digest:
             return
-        self._file_digest = digest
         try:
             config = parse_acl(text, str(self.path))
         except AclFileError as error:
+            self._file_digest = digest  # said once; the next edit is read again
             log.error("ACL file refused, version %s stays: %s", self.config.version, error)
             return
         await self._publish(config, text)
+        self._file_digest = digest  # only once published: a failed publish is tried again
 
     def _apply(self, published_id: int, version: str, content: str) -> None:
         """A version another broker (or this one, earlier) published: parsed from the store."""

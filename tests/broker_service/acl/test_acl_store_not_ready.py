@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -146,3 +147,35 @@ async def test_a_change_made_while_the_store_was_not_ready_is_published_once_it_
     assert "teller-key" not in latest[2]
     assert "smith-bank-key" in latest[2]
     assert runtime.config.secret_for("teller-key") is None
+
+
+class FailingWrites:
+    """The store, but its next ``failures`` writes are refused (a primary lost between them)."""
+
+    def __init__(self, store: SqlStore, failures: int) -> None:
+        self.store, self.failures = store, failures
+
+    async def read(self, unit: Callable[[Any], Any]) -> Any:
+        return await self.store.read(unit)
+
+    async def write(self, unit: Callable[[Any], Any]) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise NotReady("the store failed: lost its primary", code="STORE_UNAVAILABLE")
+        return await self.store.write(unit)
+
+
+async def test_a_late_publish_that_fails_is_tried_again_by_the_next_reload(
+    behind: str, waiting: tuple[SqlStore, AclRuntime]
+) -> None:
+    store, runtime = waiting
+    await runtime.start()
+    migrate.upgrade(behind)
+    assert store.check_schema().ready
+    runtime.store = cast(Any, FailingWrites(store, failures=1))
+    with pytest.raises(NotReady):
+        await runtime.reload()
+    await runtime.reload()
+    latest = await store.read(lambda tx: tx.latest_acl())
+    assert latest is not None
+    assert latest[2] == ACL
