@@ -80,6 +80,8 @@ _AHEAD = 8
 _STOP_SECONDS = 30.0
 # How long the flusher waits for a batch before it checks that its sync still works.
 _IDLE_SECONDS = 10.0
+# How often a sync that keeps failing is logged again.
+_REMIND_SECONDS = 60.0
 
 
 @dataclass(slots=True)
@@ -336,6 +338,7 @@ class GroupCommitWriter:
     def _flush_loop(self) -> None:
         syncer = self._syncer
         assert syncer is not None
+        failures = _SyncFailures()
         while True:
             try:
                 first = self._synced.get(timeout=_IDLE_SECONDS)
@@ -353,9 +356,10 @@ class GroupCommitWriter:
                     covered = syncer()  # one sync for every batch committed before it began
                 except Exception as exc:
                     message = driver_message(exc)
-                    log.error("the store's log could not be made durable; refusing: %s", message)
+                    failures.failed(message)
                     _fail(committed, f"its log could not be made durable: {message}")
                 else:
+                    failures.worked()
                     if covered is not None:
                         _uncovered(committed, covered)
             for batch, _server, _at in committed:
@@ -465,6 +469,42 @@ class _Outage:
                 self.refused,
             )
             self.since, self.refused = None, 0
+
+
+class _SyncFailures:
+    """The flusher's account of syncs that fail: an ERROR at the first, a reminder at most every
+    ``_REMIND_SECONDS`` with the count, a WARNING when one works again -- not a line per round
+    of writes while a failure lasts (a revoked privilege, a failed SQLite fsync)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.count = 0
+        self.said_at = 0.0
+
+    def failed(self, message: str) -> None:
+        now = time.monotonic()
+        self.count += 1
+        if self.since is None:
+            self.since = self.said_at = now
+            log.error("the store's log could not be made durable; refusing: %s", message)
+        elif now - self.said_at >= _REMIND_SECONDS:
+            self.said_at = now
+            log.error(
+                "the store's log still cannot be made durable (%d syncs failed in %.0f s); "
+                "refusing: %s",
+                self.count,
+                now - self.since,
+                message,
+            )
+
+    def worked(self) -> None:
+        if self.since is not None:
+            log.warning(
+                "the store's log is made durable again after %.1f s; %d syncs failed meanwhile",
+                time.monotonic() - self.since,
+                self.count,
+            )
+            self.since, self.count = None, 0
 
 
 class _NonceSeen(Exception):

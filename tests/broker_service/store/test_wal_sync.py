@@ -216,3 +216,34 @@ async def test_stop_returns_while_the_sync_hangs(
         flushing.join(10)
         assert not committing.is_alive()
         assert not flushing.is_alive()
+
+
+async def test_a_sync_that_keeps_failing_is_logged_once_and_its_end_once(
+    apart: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every write is refused while the sync fails, but the log says so once (and again a
+    minute later), not once a round of writes; and once more when a sync works again."""
+    _table(apart)
+    broken = threading.Event()
+    broken.set()
+
+    def sync() -> None:
+        if broken.is_set():
+            raise OSError(5, "Input/output error")
+
+    writer = GroupCommitWriter(apart, syncer=sync)
+    writer.start()
+    try:
+        with caplog.at_level("WARNING", logger="halfmq.store.writer"):
+            for i in range(5):
+                with pytest.raises(NotReady):
+                    await writer.submit(_insert(f"refused-{i}"))
+            broken.clear()
+            assert await writer.submit(_insert("kept")) == "kept"
+        lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+        assert [level for level, _ in lines] == ["ERROR", "WARNING"], lines
+        assert "could not be made durable" in lines[0][1]
+        assert "durable again" in lines[1][1]
+        assert "5 syncs failed" in lines[1][1]
+    finally:
+        writer.stop()
