@@ -8,16 +8,18 @@ scheduler's: when the failures start, a reminder at most once a minute, and when
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from broker_service.acl.runtime import AclRuntime
 from broker_service.schedulers.failures import FailedRounds
+from broker_service.schedulers.loop import SchedulerLoop
 
 log = logging.getLogger("halfmq.acl")
 
 
-class AclReloadScheduler:
+class AclReloadScheduler(SchedulerLoop):
+    task_name = "halfmq-acl-reload"
+
     def __init__(self, acl: AclRuntime) -> None:
         self.acl = acl
         self.rounds = FailedRounds(
@@ -26,17 +28,6 @@ class AclReloadScheduler:
             base=acl.reload_seconds,
             cap=acl.reload_seconds,
         )
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="halfmq-acl-reload")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _loop(self) -> None:
         while True:

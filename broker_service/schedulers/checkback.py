@@ -45,6 +45,7 @@ from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.metrics import BrokerMetrics
 from broker_service.schedulers.failures import FailedRounds
+from broker_service.schedulers.loop import SchedulerLoop
 
 log = logging.getLogger("halfmq.checkback")
 
@@ -77,7 +78,9 @@ class RoundLog:
             log.info("check round: %d due halves claimed; %s", claimed, outcomes or "no push")
 
 
-class CheckBackScheduler:
+class CheckBackScheduler(SchedulerLoop):
+    task_name = "halfmq-checkback"
+
     def __init__(
         self,
         service: TransactionService,
@@ -98,7 +101,6 @@ class CheckBackScheduler:
         # With the ACL on: the secret of an access key, to sign each push check with the key
         # its instance heartbeated with (its check server refuses an unsigned or forged check).
         self.secret_for = secret_for
-        self._task: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
         self._wake = asyncio.Event()
         # when each instance last received a check from this broker (monotonic seconds)
@@ -113,14 +115,10 @@ class CheckBackScheduler:
 
     def start(self) -> None:
         self._http = httpx.AsyncClient(timeout=self.push_timeout)
-        self._task = asyncio.create_task(self._loop(), name="halfmq-checkback")
+        super().start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await super().stop()
         if self._http is not None:
             await self._http.aclose()
             self._http = None

@@ -8,18 +8,20 @@ works again."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from broker_service.domain.messages.service import MessageService
 from broker_service.schedulers.failures import REMIND_SECONDS, FailedRounds
+from broker_service.schedulers.loop import SchedulerLoop
 
 log = logging.getLogger("halfmq.delays")
 
 MAX_PAUSE_SECONDS = 5.0  # between failed rounds, at most: the releases resume this soon after
 
 
-class DelayScheduler:
+class DelayScheduler(SchedulerLoop):
+    task_name = "halfmq-delays"
+
     def __init__(
         self,
         service: MessageService,
@@ -39,17 +41,6 @@ class DelayScheduler:
             cap=max_pause_seconds,
             remind_seconds=remind_seconds,
         )
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="halfmq-delays")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _loop(self) -> None:
         while True:

@@ -13,7 +13,6 @@ nothing probes would refuse every request, however long its store had been back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -21,11 +20,14 @@ from broker_service.domain.brokers.service import PresenceService
 from broker_service.domain.errors import NotReady
 from broker_service.domain.ports import Readiness
 from broker_service.schedulers.failures import FailedRounds
+from broker_service.schedulers.loop import SchedulerLoop
 
 log = logging.getLogger("halfmq.presence")
 
 
-class PresenceScheduler:
+class PresenceScheduler(SchedulerLoop):
+    task_name = "halfmq-presence"
+
     def __init__(
         self,
         service: PresenceService,
@@ -36,7 +38,6 @@ class PresenceScheduler:
         self.service = service
         self.interval = interval_seconds
         self.probe = probe
-        self._task: asyncio.Task[None] | None = None
         # a beat is this broker's sign of life: never further apart than the interval
         self.beats = FailedRounds(
             log,
@@ -44,16 +45,6 @@ class PresenceScheduler:
             base=interval_seconds,
             cap=interval_seconds,
         )
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="halfmq-presence")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _loop(self) -> None:
         while True:

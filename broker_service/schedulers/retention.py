@@ -18,13 +18,16 @@ from broker_service.domain.errors import DomainError
 from broker_service.domain.retention.model import PurgeReport
 from broker_service.domain.retention.service import LeaseHeld, Pace, RetentionService
 from broker_service.metrics import BrokerMetrics
+from broker_service.schedulers.loop import SchedulerLoop
 
 log = logging.getLogger("halfmq.retention")
 
 _EXPORT_WARNING_SECONDS = 3600.0  # how often a purge held back by the export says so
 
 
-class RetentionScheduler:
+class RetentionScheduler(SchedulerLoop):
+    task_name = "halfmq-retention"
+
     def __init__(
         self,
         service: RetentionService,
@@ -41,18 +44,7 @@ class RetentionScheduler:
         self.base = Pace(share=share, pause=pause_seconds)
         self.pace = self.base  # the share rises while the purge is behind
         self.max_rows = max_rows
-        self._task: asyncio.Task[None] | None = None
         self._warned_export_at = -_EXPORT_WARNING_SECONDS
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="halfmq-retention")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _loop(self) -> None:
         delay = self.interval
