@@ -138,7 +138,7 @@ class GroupCommitWriter:
         self.units = 0
         # Called in the writer thread after each commit: (seconds from begin to commit, units).
         self.on_commit: Callable[[float, int], None] | None = None
-        self._outage = _Outage()
+        self._outage = _outage()
 
     def start(self) -> None:
         if isinstance(self._syncer, LogSync):
@@ -263,7 +263,7 @@ class GroupCommitWriter:
             raise
         self.batches += 1
         self.units += len(batch)
-        self._outage.ended()
+        self._outage.over()
         hook = self.on_commit
         if hook is not None:
             _report(hook, time.perf_counter() - began, len(batch))
@@ -288,7 +288,7 @@ class GroupCommitWriter:
 
     def _refuse(self, batch: list[_Job], error: DBAPIError) -> None:
         """Answer every unit 503: the store cannot be reached (logged once per outage)."""
-        self._outage.began(error, len(batch))
+        self._outage.failed(driver_message(error), len(batch))
         for job in batch:
             job.value, job.ok = store_unavailable(error), False
         self._answer(batch)
@@ -338,7 +338,7 @@ class GroupCommitWriter:
     def _flush_loop(self) -> None:
         syncer = self._syncer
         assert syncer is not None
-        failures = _SyncFailures()
+        failures = _sync_failures()
         while True:
             try:
                 first = self._synced.get(timeout=_IDLE_SECONDS)
@@ -359,7 +359,7 @@ class GroupCommitWriter:
                     failures.failed(message)
                     _fail(committed, f"its log could not be made durable: {message}")
                 else:
-                    failures.worked()
+                    failures.over()
                     if covered is not None:
                         _uncovered(committed, covered)
             for batch, _server, _at in committed:
@@ -443,68 +443,54 @@ class _Unreachable(Exception):
         self.error = error
 
 
-class _Outage:
-    """The writer's one account of a store it cannot reach: a WARNING when the first batch is
-    refused, another when a commit succeeds again (how long, how many units were refused), and
-    nothing in between -- a PostgreSQL failover is a few seconds of thousands of refusals."""
+class _Episode:
+    """One failure that lasts -- the store unreachable, its log not made durable -- told in a few
+    lines, not one for each of the thousands of refusals between (a PostgreSQL failover is a few
+    seconds of them; a revoked privilege refuses every write): ``began`` (at ``level``, with the
+    reason) at the first, ``still`` (with the count, the seconds and the reason) at most every
+    ``_REMIND_SECONDS`` if given, and ``ended`` (a WARNING with the seconds and the count) when
+    it is over."""
 
-    def __init__(self) -> None:
-        self.since: float | None = None
-        self.refused = 0
-
-    def began(self, error: DBAPIError, units: int) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
-            log.warning(
-                "the store cannot be reached; answering 503 STORE_UNAVAILABLE until it can: %s",
-                driver_message(error),
-            )
-        self.refused += units
-
-    def ended(self) -> None:
-        if self.since is not None:
-            log.warning(
-                "the store is reachable again after %.1f s; %d requests were refused meanwhile",
-                time.monotonic() - self.since,
-                self.refused,
-            )
-            self.since, self.refused = None, 0
-
-
-class _SyncFailures:
-    """The flusher's account of syncs that fail: an ERROR at the first, a reminder at most every
-    ``_REMIND_SECONDS`` with the count, a WARNING when one works again -- not a line per round
-    of writes while a failure lasts (a revoked privilege, a failed SQLite fsync)."""
-
-    def __init__(self) -> None:
+    def __init__(self, level: int, began: str, ended: str, still: str | None = None) -> None:
+        self.level, self.began, self.ended, self.still = level, began, ended, still
         self.since: float | None = None
         self.count = 0
         self.said_at = 0.0
 
-    def failed(self, message: str) -> None:
+    def failed(self, reason: str, count: int = 1) -> None:
         now = time.monotonic()
-        self.count += 1
+        self.count += count
         if self.since is None:
             self.since = self.said_at = now
-            log.error("the store's log could not be made durable; refusing: %s", message)
-        elif now - self.said_at >= _REMIND_SECONDS:
+            log.log(self.level, self.began, reason)
+        elif self.still is not None and now - self.said_at >= _REMIND_SECONDS:
             self.said_at = now
-            log.error(
-                "the store's log still cannot be made durable (%d syncs failed in %.0f s); "
-                "refusing: %s",
-                self.count,
-                now - self.since,
-                message,
-            )
+            log.log(self.level, self.still, self.count, now - self.since, reason)
 
-    def worked(self) -> None:
+    def over(self) -> None:
         if self.since is not None:
-            log.warning(
-                "the store's log is made durable again after %.1f s; %d syncs failed meanwhile",
-                time.monotonic() - self.since,
-                self.count,
-            )
+            log.warning(self.ended, time.monotonic() - self.since, self.count)
             self.since, self.count = None, 0
+
+
+def _outage() -> _Episode:
+    """The writer's store unreachable: each refused unit counted."""
+    return _Episode(
+        logging.WARNING,
+        "the store cannot be reached; answering 503 STORE_UNAVAILABLE until it can: %s",
+        "the store is reachable again after %.1f s; %d requests were refused meanwhile",
+    )
+
+
+def _sync_failures() -> _Episode:
+    """The flusher's syncs failing: each failed sync counted."""
+    return _Episode(
+        logging.ERROR,
+        "the store's log could not be made durable; refusing: %s",
+        "the store's log is made durable again after %.1f s; %d syncs failed meanwhile",
+        still="the store's log still cannot be made durable (%d syncs failed in %.0f s); "
+        "refusing: %s",
+    )
 
 
 class _NonceSeen(Exception):
