@@ -220,6 +220,19 @@ class BrokerSettings(BaseSettings):
         description="Hosts a push check may go to besides the address the heartbeat came from: "
         "addresses (10.0.0.*, 10.0.0.1-100, CIDR) or names, comma-separated; '*' for any",
     )
+    callback_ports: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Ports a push check may go to: numbers and ranges (8000-8999), "
+        "comma-separated. Default: any port but the broker's own listeners and its store's. "
+        "The broker's own listeners and the store's address are refused whatever this says",
+    )
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Proxies trusted to name the client in X-Forwarded-For, Forwarded or "
+        "X-Real-IP: addresses or CIDR, comma-separated; '*' for any. Default: none -- the "
+        "forwarded headers are ignored and the peer's address is the client's (white lists, "
+        "the callback rule and the console's sign-in throttle read it)",
+    )
     max_header_bytes: int = Field(
         16 * 1024,
         ge=1024,
@@ -254,6 +267,29 @@ class BrokerSettings(BaseSettings):
     console_session_hours: float = Field(
         8, gt=0, le=24 * 30, description="How long a console session lasts after its login"
     )
+    grpc_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Also answer RocketMQ 5's gRPC protocol (apache.rocketmq.v2, the official "
+        "clients') on this port of --host. Default: off",
+    )
+    grpc_tls_cert: Path | None = Field(
+        None, description="TLS certificate chain (PEM) of the gRPC port (with --grpc-tls-key)"
+    )
+    grpc_tls_key: Path | None = Field(
+        None, description="TLS private key (PEM, unencrypted) of --grpc-tls-cert"
+    )
+    grpc_allow_insecure: bool = Field(
+        False,
+        description="With the ACL on, accept signed gRPC clients without TLS on a non-loopback "
+        "address (their MQv2-HMAC-SHA1 signature covers only a date: no body, no replay guard)",
+    )
+    grpc_producer_groups: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Producer group of a gRPC producer's topics, as topic=group pairs, "
+        "comma-separated. Default: a topic's own name (RocketMQ's proxy)",
+    )
     ssl_certfile: Path | None = Field(
         None, description="TLS certificate chain (PEM): serve HTTPS (with --ssl-keyfile)"
     )
@@ -279,6 +315,33 @@ class BrokerSettings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("forwarded_allow_ips", "callback_ports", mode="before")
+    @classmethod
+    def _split_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            return [p.strip() for item in value for p in str(item).split(",") if p.strip()]
+        return value
+
+    @field_validator("grpc_producer_groups", mode="before")
+    @classmethod
+    def _split_pairs(cls, value: Any) -> Any:
+        """``"t1=g1,t2=g2"`` (environment, flags) or a mapping (a config file)."""
+        if isinstance(value, list | tuple):
+            value = ",".join(str(item) for item in value)
+        if not isinstance(value, str):
+            return value
+        pairs: dict[str, str] = {}
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            topic, sep, group = part.partition("=")
+            if not sep or not topic.strip() or not group.strip():
+                raise ValueError(f"bad topic=group pair {part!r}")
+            pairs[topic.strip()] = group.strip()
+        return pairs
+
     @field_validator("allowed_hosts", mode="before")
     @classmethod
     def _split_hosts(cls, value: Any) -> Any:
@@ -294,7 +357,7 @@ class BrokerSettings(BaseSettings):
                 raise ValueError(f"bad host pattern {host!r}: a name, an address, *.domain or *")
         return hosts or None
 
-    @field_validator("ssl_certfile", "ssl_keyfile")
+    @field_validator("ssl_certfile", "ssl_keyfile", "grpc_tls_cert", "grpc_tls_key")
     @classmethod
     def _check_file(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():

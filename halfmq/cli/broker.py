@@ -158,6 +158,10 @@ def run(settings: BrokerSettings) -> None:
         ssl_keyfile=settings.ssl_keyfile,
         # httptools, with a request head bounded while it is read (it buffers any header whole)
         http=bounded_protocol(settings.max_header_bytes),
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: a client on loopback could
+        # then choose its own address. Only the proxies the operator names are believed.
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=settings.forwarded_allow_ips or [],
     )
     logs.install_redaction()  # on uvicorn's handlers too: they exist once its Config is made
     url = _url(settings, listener)
