@@ -170,6 +170,8 @@ async def end_transaction(ask: Ask) -> list[Need]:
 
 
 async def read_transaction(ask: Ask) -> list[Need]:
+    """PUB on the transaction's producer group: its state and checks (no body; the console's
+    page shows the message's body only to an account that may read its topic)."""
     try:
         record = await ask.service.get_transaction(ask.path_params["transaction_id"])
     except DomainError:
@@ -315,12 +317,41 @@ def item_guard(request: Any) -> ItemGuard | None:
     return ItemGuard(acl.config, access_key, address)
 
 
+def read_guard(request: Any) -> Callable[[str], bool] | None:
+    """Whether the caller may read a topic's messages (SUB on it, or admin): the filter every
+    route that lists messages applies to each one by the topic it belongs to
+    (:func:`broker_service.domain.messages.model.topic_of`), so that a half, a delayed, retry or
+    dead-letter copy is read as its real topic's, never as the system topic's that holds it.
+    None without the ACL or for an admin: every message is readable."""
+    acl = getattr(request.app.state, "acl", None)
+    access_key = getattr(request.state, "access_key", None)
+    if acl is None or access_key is None:
+        return None
+    config = acl.config
+    account = config.account(access_key)
+    if account is not None and account.admin:
+        return None  # an operator reads every message, op records (which name no topic) too
+    address = request.client.host if request.client else ""
+
+    def may_read(topic: str) -> bool:
+        try:
+            authorize(config, access_key, address, [Need.topic(topic, SUB)])
+        except AclError:
+            return False
+        return True
+
+    return may_read
+
+
 async def list_transactions(ask: Ask) -> list[Need]:
     group = ask.query_value("producer_group")
     return [Need.group(group, PUB)] if group else [Need.admin()]
 
 
 async def find_messages(ask: Ask) -> list[Need]:
+    """SUB on the topic queried; by key alone, admin.  A system topic's messages (halves, op
+    records, delayed, retry and dead-letter copies) are then filtered one by one by their real
+    topic (:func:`read_guard`): SUB on ``RMQ_SYS_TRANS_HALF_TOPIC`` reads no half by itself."""
     topic = ask.query_value("topic")
     return [Need.topic(topic, SUB)] if topic else [Need.admin()]
 

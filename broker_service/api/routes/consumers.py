@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
 from broker_service.api.deps import ConsumersDep, MetricsDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupName, IdPath
+from broker_service.api.permissions import read_guard
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.consumers import (
     AckIn,
@@ -246,12 +247,14 @@ async def reset_offset(group: GroupName, body: ResetIn, consumers: ConsumersDep)
 
 @router.get("/{group}/dlq", response_model=DeadListOut)
 async def list_dead(
+    request: Request,
     group: GroupName,
     consumers: ConsumersDep,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> DeadListOut:
-    """The group's dead letters (%DLQ%{group}), oldest first; resent ones have ``resent_at``."""
-    dead = await consumers.dead_messages(group, limit)
+    """The group's dead letters (%DLQ%{group}), oldest first; resent ones have ``resent_at``.
+    With the ACL on, only those of topics the caller may read."""
+    dead = await consumers.dead_messages(group, limit, read_guard(request))
     return DeadListOut(messages=[_dead_out(d) for d in dead])
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from broker_service.api import convert
 from broker_service.api.deps import MessagesDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import IdPath, KeyQuery, TopicQuery
+from broker_service.api.permissions import read_guard
 from broker_service.api.schemas.common import TimeIn
 from broker_service.api.schemas.messages import MessageLifeOut, MessageListOut
 from broker_service.domain.ports import MessageQuery
@@ -24,6 +25,7 @@ async def get_message(msg_id: IdPath, service: MessagesDep) -> MessageLifeOut:
 
 @router.get("", response_model=MessageListOut)
 async def find_messages(
+    request: Request,
     service: MessagesDep,
     topic: TopicQuery = None,
     key: KeyQuery = None,
@@ -31,6 +33,9 @@ async def find_messages(
     end: Annotated[TimeIn | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 32,
 ) -> MessageListOut:
-    """Messages by key (RocketMQ's index query) and/or topic, stored between begin and end."""
-    found = await service.query_messages(MessageQuery(topic, key, begin, end, limit))
+    """Messages by key (RocketMQ's index query) and/or topic, stored between begin and end;
+    with the ACL on, only those of topics the caller may read (a system topic's copies by their
+    real topic)."""
+    query = MessageQuery(topic, key, begin, end, limit)
+    found = await service.query_messages(query, read_guard(request))
     return MessageListOut(messages=[convert.message_out(m) for m in found])

@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import Query, Request, Response
 
 from broker_service.api.params import GroupName, GroupQuery
+from broker_service.api.permissions import read_guard
 from broker_service.console import lags
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import checked_form, console_of, form_list, render, who
@@ -127,7 +128,7 @@ async def reset_offset(group: GroupName, request: Request) -> Response:
 async def dead_letters(
     group: GroupName, request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> Response:
-    dead = await _consumers(request).dead_messages(group, limit)
+    dead = await _consumers(request).dead_messages(group, limit, read_guard(request))
     audit = await console_of(request).auditor.entries(f"consumer-group:{group}", limit=20)
     return render(request, "dlq.html", group=group, dead=dead, audit=audit)
 

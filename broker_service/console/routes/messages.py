@@ -10,6 +10,7 @@ from urllib.parse import quote
 from fastapi import Query, Request, Response
 
 from broker_service.api.params import IdPath, TopicQuery
+from broker_service.api.permissions import read_guard
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.routes.transactions import checks_recorded
 from broker_service.console.web import render
@@ -52,7 +53,7 @@ async def messages(
         query = MessageQuery(
             topic or None, key or None, _ms(begin, "begin"), _ms(end, "end"), limit
         )
-        found = await service.query_messages(query)
+        found = await service.query_messages(query, read_guard(request))
     form = {"topic": topic or "", "key": key or "", "begin": begin or "", "end": end or ""}
     return render(request, "messages.html", found=found, form=form)
 

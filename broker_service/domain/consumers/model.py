@@ -7,10 +7,12 @@ from enum import StrEnum
 
 from broker_service.domain import names
 from broker_service.domain.errors import InvalidRequest
+from broker_service.domain.messages.model import PROP_RETRY_TOPIC as PROP_RETRY_TOPIC
 from broker_service.domain.messages.model import StoredMessage
 
-# Properties the broker puts on retry and dead-letter copies (RocketMQ's names where it has one).
-PROP_RETRY_TOPIC = "RETRY_TOPIC"
+# Properties the broker puts on retry and dead-letter copies (RocketMQ's names where it has one);
+# PROP_RETRY_TOPIC, the topic a copy was first sent to, is the messages' (a message is read as
+# its topic's wherever it is copied).
 PROP_ORIGIN_QUEUE_ID = "ORIGIN_QID"
 PROP_ORIGIN_OFFSET = "ORIGIN_OFFSET"
 PROP_DLQ_ORIGIN_GROUP = "DLQ_ORIGIN_GROUP"

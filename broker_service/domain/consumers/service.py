@@ -34,6 +34,7 @@ from broker_service.domain.consumers.trace import (
 )
 from broker_service.domain.consumers.wakeup import Arrivals
 from broker_service.domain.errors import InvalidRequest
+from broker_service.domain.messages.model import MayRead, topic_of
 from broker_service.domain.ports import Store, StoreTx, UnitRunner
 
 _TOUCH_EVERY_MS = 5_000  # a member's liveness is written at most this often per broker
@@ -155,8 +156,14 @@ class ConsumerService:
 
     # -- dead letters -----------------------------------------------------------------------------
 
-    async def dead_messages(self, group: str, limit: int) -> list[DeadMessage]:
-        return await self.store.read(self.retries.dead_messages(group, limit))
+    async def dead_messages(
+        self, group: str, limit: int, may_read: MayRead | None = None
+    ) -> list[DeadMessage]:
+        """The group's dead letters, each only if ``may_read`` the topic it was sent to."""
+        dead = await self.store.read(self.retries.dead_messages(group, limit))
+        if may_read is None:
+            return dead
+        return [d for d in dead if (t := topic_of(d.message)) is not None and may_read(t)]
 
     async def resend(self, group: str, msg_id: str) -> DeadMessage:
         return await self.store.write(self.retries.resend(group, msg_id))

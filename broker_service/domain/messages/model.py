@@ -4,13 +4,15 @@ fills offsets."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import orjson
+
+from broker_service.domain import names
 
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
@@ -29,6 +31,8 @@ PROP_DELAY_LEVEL = "DELAY"
 PROP_DELIVER_AT = "DELIVER_AT"
 PROP_DECISION = "DECISION"
 PROP_RESOLVED_BY = "RESOLVED_BY"
+# The topic a retry or dead-letter copy was first sent to (set by the consumers' copies).
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
 RESERVED_PROPERTIES = frozenset(
     {
         PROP_REAL_TOPIC,
@@ -214,3 +218,37 @@ class StoredMessage(NamedTuple):
             reconsume_times=self.reconsume_times if reconsume_times is None else reconsume_times,
             origin_id=self.id,
         )
+
+
+# Reads a topic a message belongs to: True when the caller may read it.
+MayRead = Callable[[str], bool]
+
+
+def topic_of(message: StoredMessage) -> str | None:
+    """The user topic a stored message belongs to, whichever topic holds it: its own topic, or for
+    a copy in a system topic (a half, a delayed or parked message, a retry or dead-letter copy)
+    the topic it was sent to.  None when the message names none (an op record, whose body is a
+    half's offset): only an operator reads those."""
+    if not names.is_system_topic(message.topic):
+        return message.topic
+    for prop in (PROP_RETRY_TOPIC, PROP_REAL_TOPIC):
+        topic = message.properties.get(prop)
+        if topic and not names.is_system_topic(topic):
+            return topic
+    return None
+
+
+def readable(messages: Iterable[StoredMessage], may_read: MayRead | None) -> list[StoredMessage]:
+    """The messages whose topic the caller may read (all of them without a guard): a message of
+    a system topic is read as its real topic's, never as the system topic's."""
+    if may_read is None:
+        return list(messages)
+    allowed: dict[str | None, bool] = {None: False}
+    kept = []
+    for message in messages:
+        topic = topic_of(message)
+        if topic not in allowed:
+            allowed[topic] = may_read(topic)  # type: ignore[arg-type]
+        if allowed[topic]:
+            kept.append(message)
+    return kept

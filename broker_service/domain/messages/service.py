@@ -10,7 +10,13 @@ from collections.abc import Callable, Sequence
 
 from broker_service.domain.messages.delays import DelayReleaser, ReleaseReport
 from broker_service.domain.messages.life import MessageLife, message_life
-from broker_service.domain.messages.model import MessageDraft, PlainBatch, StoredMessage
+from broker_service.domain.messages.model import (
+    MayRead,
+    MessageDraft,
+    PlainBatch,
+    StoredMessage,
+    readable,
+)
 from broker_service.domain.messages.sending import Sender, SendReceipt
 from broker_service.domain.messages.topics import TopicCreated, Topics, TopicView
 from broker_service.domain.ports import MessageQuery, Store
@@ -60,5 +66,10 @@ class MessageService:
     async def message_life(self, msg_id: str) -> MessageLife:
         return await self.store.read(message_life(msg_id))
 
-    async def query_messages(self, query: MessageQuery) -> list[StoredMessage]:
-        return await self.store.read(lambda tx: tx.query_messages(query))
+    async def query_messages(
+        self, query: MessageQuery, may_read: MayRead | None = None
+    ) -> list[StoredMessage]:
+        """The messages found, each only if ``may_read`` its topic (:func:`readable`): a page
+        may then hold fewer than ``query.limit``."""
+        found = await self.store.read(lambda tx: tx.query_messages(query))
+        return readable(found, may_read)
