@@ -34,6 +34,8 @@ from broker_service.domain.transactions.callbacks import CallbackPolicy
 from broker_service.domain.transactions.checkback import CheckBack
 from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
+from broker_service.grpc.server import GrpcServer, Listen, check_listen
+from broker_service.grpc.service import Served as GrpcServed
 from broker_service.logs import redact, safe_url
 from broker_service.metrics import BrokerMetrics
 from broker_service.schedulers.acl_reload import AclReloadScheduler
@@ -70,6 +72,7 @@ class Broker:
     delays: DelayScheduler
     checks: CheckBackScheduler | None  # None without ``scheduler``
     purges: RetentionScheduler | None  # None without ``scheduler``
+    grpc: GrpcServer | None = None  # RocketMQ 5's gRPC port: None without ``grpc_port``
 
     def served(self) -> Served:
         return Served(
@@ -108,8 +111,12 @@ class Broker:
         if self.purges is not None:
             self.purges.start()
 
+        if self.grpc is not None:  # on the running loop: uvicorn's, in a broker process
+            await self.grpc.start()
     async def stop(self) -> None:
         await self.beats.stop()  # the row stays: "last seen N s ago" until a day has passed
+        if self.grpc is not None:
+            await self.grpc.stop()
         if self.purges is not None:
             await self.purges.stop()
         await self.delays.stop()
@@ -215,9 +222,47 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         checks=checks,
         purges=purges,
     )
+        grpc=grpc_server(settings, transactions, messages, consumers, metrics, hub, acl),
 
 
 def broker_version() -> str:
+def grpc_server(
+    settings: BrokerSettings,
+    transactions: TransactionService,
+    messages: MessageService,
+    consumers: ConsumerService,
+    metrics: BrokerMetrics,
+    hub: PullHub,
+    acl: AclRuntime | None,
+) -> GrpcServer | None:
+    """RocketMQ 5's gRPC port when ``grpc_port`` is set; a port that would expose signed clients
+    without TLS refuses the start (:func:`check_listen`)."""
+    if settings.grpc_port is None:
+        return None
+    listen = Listen(
+        settings.host,
+        settings.grpc_port,
+        settings.grpc_tls_cert,
+        settings.grpc_tls_key,
+        settings.grpc_allow_insecure,
+    )
+    check_listen(listen, acl=acl is not None)
+    served = GrpcServed(
+        transactions=transactions,
+        messages=messages,
+        consumers=consumers,
+        metrics=metrics,
+        pull_hub=hub,
+        acl=acl,
+        broker_name=settings.broker_name,
+        producer_groups=dict(settings.grpc_producer_groups),
+        max_body_bytes=settings.max_message_bytes,
+        receive_max_wait_seconds=settings.receive_max_wait_seconds,
+        acl_window_ms=int(settings.acl_window_seconds * 1000),
+    )
+    return GrpcServer(served, listen)
+
+
     """The installed halfmq's version, as the list of brokers shows it."""
     try:
         return version("halfmq")

@@ -43,6 +43,7 @@ ROOMS: dict[str, set[str]] = {
     "schedulers": {"domain", "acl", "settings", "logs", "metrics"},
     "api": {"domain", "acl", "settings", "logs", "metrics"},
     "console": {"domain", "acl", "settings", "logs", "metrics", "api"},
+    "grpc": {"domain", "acl", "settings", "logs", "metrics"},
     "app": {
         "domain",
         "acl",
@@ -53,6 +54,7 @@ ROOMS: dict[str, set[str]] = {
         "schedulers",
         "api",
         "console",
+        "grpc",
     },
 }
 IO_LIBRARIES = {"fastapi", "starlette", "sqlalchemy", "httpx", "uvicorn", "psycopg", "sqlite3"}
@@ -61,6 +63,7 @@ NEVER: dict[str, set[str]] = {
     "acl": {"fastapi", "starlette", "sqlalchemy"},
     "store": {"fastapi", "starlette"},
     "console": {"sqlalchemy"},
+    "grpc": IO_LIBRARIES | {"anyio"},  # RocketMQ's protocol over the domain: no HTTP, no SQL
 }
 
 # -- 3. the parts of the domain -----------------------------------------------------------------

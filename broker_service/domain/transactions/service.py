@@ -150,6 +150,16 @@ class TransactionService:
 
     async def producer_group(self, group: str) -> list[ProducerInstance]:
         names.check_name(group, "producer group")
+    async def set_aside(self, group: str, client_id: str, error: str) -> None:
+        """An instance that can take no check now (a gRPC producer whose Telemetry stream
+        closed): the group's other instances are checked for ``unreachable_ms``, as when a push
+        check could not reach it."""
+        now = self.clock()
+        until = now + self.checkback.policy.unreachable_ms
+        await self.store.write(
+            lambda tx: tx.mark_unreachable(group, client_id, until=until, error=error, now=now)
+        )
+
         return await self.store.read(lambda tx: tx.list_producers(group))
 
     async def delete_producer_group(self, group: str) -> int:
