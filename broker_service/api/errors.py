@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -161,9 +162,16 @@ def allowed_methods(request: Request) -> str:
     )
 
 
+def error_reference() -> str:
+    """A reference for one failure: the client is answered it, the log says the detail under it."""
+    return secrets.token_hex(6)
+
+
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unexpected error", exc_info=exc)
-    return envelope(500, "INTERNAL", "the broker failed to handle the request; see its log")
+    reference = error_reference()
+    log.error("unexpected error, reference %s", reference, exc_info=exc)
+    return envelope(500, "INTERNAL", "the broker failed to handle the request; its log says "
+                    f"why under reference {reference}", reference=reference)  # fmt: skip
 
 
 def install(app: FastAPI) -> None:

@@ -43,7 +43,7 @@ from broker_service.acl.errors import AclError
 from broker_service.acl.model import AclConfig, Need
 from broker_service.acl.runtime import AclRuntime
 from broker_service.acl.signature import body_sha256, verify_raw
-from broker_service.api.errors import envelope
+from broker_service.api.errors import envelope, error_reference, status_of
 from broker_service.api.permissions import (
     BY_BODY,
     BY_PATH,
@@ -52,6 +52,7 @@ from broker_service.api.permissions import (
     public,
     rule_for,
 )
+from broker_service.domain.errors import DomainError
 
 log = logging.getLogger("halfmq.acl")
 
@@ -217,11 +218,10 @@ class AclGate:
             nonlocal refused
             if message["type"] == "http.response.start" and not nonce.taken:
                 nonce.taken = True
-                refused = not await acl.remember_nonce(nonce.key)
-                if refused:
-                    error = nonces.replayed_error(nonce.key)
-                    response = envelope(401, error.code, error.message, **error.detail)
-                    await response(scope, _no_body, send)
+                instead = await _remembered(acl, nonce)
+                if instead is not None:  # the response never starts: this one goes instead
+                    refused = True
+                    await instead(scope, _no_body, send)
             if not refused:
                 await send(message)
 
@@ -312,6 +312,27 @@ class AclGate:
             return None
         return TransactionGuard(config, access_key, address, ask.transaction_topic,
                                 ask.json_field("producer_group"), self._allowed)  # fmt: skip
+
+
+async def _remembered(acl: AclRuntime, nonce: nonces.RequestNonce) -> JSONResponse | None:
+    """Remember a request's nonce before its response starts: None when it was new and is
+    stored; else the answer that goes instead -- 401 ``NONCE_REPLAYED`` for a replay, 503
+    ``STORE_UNAVAILABLE`` when the store cannot remember it (an outage): a response that could
+    be replayed is never sent.  Raising here instead would reach the app in the middle of
+    sending its response, which then can only drop the connection."""
+    try:
+        fresh = await acl.remember_nonce(nonce.key)
+    except DomainError as error:
+        return envelope(status_of(error), error.code, error.message, **error.detail)
+    except Exception as exc:  # a bug, not an outage: logged whole, answered without it
+        reference = error_reference()
+        log.error("remembering a request's nonce failed, reference %s", reference, exc_info=exc)
+        return envelope(500, "INTERNAL", "the broker failed to handle the request; its log says "
+                        f"why under reference {reference}", reference=reference)  # fmt: skip
+    if fresh:
+        return None
+    replayed = nonces.replayed_error(nonce.key)
+    return envelope(401, replayed.code, replayed.message, **replayed.detail)
 
 
 def _address(scope: Scope) -> str:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from broker_service.acl import nonces
 from broker_service.acl.nonces import NonceKey
 from broker_service.domain.errors import DomainError, NotReady
-from broker_service.store.engine import store_unavailable
+from broker_service.store.failures import store_unavailable
 from broker_service.store.progress import ProgressKey
 from broker_service.store.sqltx import SqlTx
 

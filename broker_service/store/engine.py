@@ -23,10 +23,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
 
-from broker_service.domain.errors import NotReady
 from broker_service.settings import Flush
+from broker_service.store.failures import driver_message
 
 log = logging.getLogger("halfmq.store")
 
@@ -381,23 +380,3 @@ def _postgres_engine(
     if writer and (flush is Flush.ASYNC or sync_apart):
         _commit_asynchronously(engine)
     return engine
-
-
-def _cause(error: BaseException) -> BaseException:
-    return error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
-
-
-def driver_message(error: BaseException) -> str:
-    """The driver's own words for a store error, on one line: libpq's message for a multi-host
-    URL has a line per host it tried, and SQLAlchemy's text adds the statement and a link."""
-    lines = (line.strip() for line in str(_cause(error)).splitlines())
-    return " ".join(line for line in lines if line) or type(error).__name__
-
-
-def store_unavailable(error: BaseException) -> NotReady:
-    """503 ``STORE_UNAVAILABLE`` (with ``Retry-After``) for a store that failed or cannot be
-    reached -- what clients are told while a PostgreSQL primary is down or being replaced.  The
-    answer carries the driver's first line only: which server refused, and why."""
-    lines = str(_cause(error)).strip().splitlines()
-    reason = lines[0].strip() if lines else type(error).__name__
-    return NotReady(f"the store failed: {reason}", code="STORE_UNAVAILABLE")

@@ -26,13 +26,12 @@ from broker_service.store.engine import (
     LogSync,
     PgFlush,
     WalSync,
-    driver_message,
     is_sqlite,
     make_claims_engine,
     make_engine,
     sqlite_path,
-    store_unavailable,
 )
+from broker_service.store.failures import store_unavailable, unreachable_reason
 from broker_service.store.sqltx import SqlTx
 from broker_service.store.writer import GroupCommitWriter
 
@@ -162,7 +161,7 @@ class SqlStore:
         try:
             status = migrate.schema_status(self.readers)
         except DBAPIError as exc:
-            reason = f"store unreachable: {driver_message(exc)}"
+            reason = unreachable_reason(exc)
             if not self.schema_current:
                 self.schema_reason = reason
             return Readiness(False, reason)
@@ -211,7 +210,7 @@ class SqlStore:
                 with self.inflight.hold(), self.readers.connect() as conn:
                     conn.execute(text("SELECT 1"))
             except DBAPIError as exc:
-                return Readiness(False, f"store unreachable: {driver_message(exc)}")
+                return Readiness(False, unreachable_reason(exc))
             return self.check_schema()
 
         return await anyio.to_thread.run_sync(probe)

@@ -68,7 +68,8 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.acl.nonces import NonceKey, replayed_error
 from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
-from broker_service.store.engine import Covered, LogSync, driver_message, store_unavailable
+from broker_service.store.engine import Covered, LogSync
+from broker_service.store.failures import driver_message, store_unavailable, unavailable
 from broker_service.store.sqltx import ResolutionRace, SqlTx
 
 log = logging.getLogger("halfmq.store.writer")
@@ -386,7 +387,7 @@ def _refused_whole(batch: list[_Job]) -> bool:
 def _fail(committed: list[tuple[list[_Job], object, float]], why: str) -> None:
     """Answer 503 every unit of the batches: what their commit wrote (or an error answer read)
     is not known durable; a retry gets the answer again."""
-    failed = NotReady(f"the store failed: {why}", code="STORE_UNAVAILABLE")
+    failed = unavailable(why)
     for batch, _server, _at in committed:
         for job in batch:
             job.value, job.ok = failed, False
