@@ -109,6 +109,15 @@ class ConsumerAdmin:
             topics = [s.topic for s in subscriptions] + [retry_topic(group.name)]
             queues: list[QueueView] = []
             lag = retry_lag = 0
+            # The total counts what the subscribed topics' rows count as retrying -- their
+            # deliveries waiting to be handed out again (each once, whichever member's row) and
+            # the retry copies waiting for their delay -- plus the retry topic's lag (the copies
+            # released there, not yet consumed; its own rows' waiting deliveries are inside it).
+            again = sum(
+                counts[1]
+                for (topic, _q, _c), counts in open_counts.items()
+                if topic in {s.topic for s in subscriptions}
+            )
             for topic in topics:
                 infos = tx.queue_infos(topic)
                 clients = sorted({c for (t, _q, c) in progress if t == topic}) or [""]
@@ -161,7 +170,7 @@ class ConsumerAdmin:
                 members=members,
                 live_since=live_since,
                 queues=queues,
-                retrying=sum(waiting.values()) + retry_lag,
+                retrying=again + sum(waiting.values()) + retry_lag,
                 dead=sum(dead.values()),
                 lag=lag,
                 retry_lag=retry_lag,
