@@ -4,6 +4,7 @@ they are read (the metrics' counters, the topics' offsets)."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import time
 from collections import deque
@@ -34,6 +35,19 @@ def age(ms: int | None, now_ms: int | None = None) -> str:
     return f"{text} ago" if delta >= 0 else f"in {text}"
 
 
+def due(ms: int | None, now_ms: int | None = None) -> str:
+    """When something is next due (a half's next check): "in 4s" ahead, "due now" once its time
+    has come, "overdue by 17s" from a second past it -- never "17s ago" for what has not
+    happened yet."""
+    if ms is None:
+        return "-"
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    late = (now - ms) // 1000
+    if late < 0:
+        return f"in {_span(-late)}"
+    return "due now" if late == 0 else f"overdue by {_span(late)}"
+
+
 def _span(seconds: int) -> str:
     for unit, size, smaller, small_size in (
         ("d", 86400, "h", 3600),
@@ -57,6 +71,31 @@ def size(n: int | None) -> str:
     return f"{n} B"
 
 
+BODY_PREVIEW = 512  # characters of a body a transaction's page shows before "show all"
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A message's body as a page shows it (escaped by the template, as every value): the text,
+    its first ``BODY_PREVIEW`` characters when longer (the page then offers all of it), or for a
+    binary (base64) body its size and its base64 text."""
+
+    size: int  # bytes
+    text: str
+    preview: str | None  # None: short enough to show whole
+    binary: bool
+
+
+def body_of(raw: bytes, encoding: str) -> Body:
+    binary = encoding == "base64"
+    if binary:
+        text = base64.b64encode(raw).decode("ascii")
+    else:
+        text = raw.decode("utf-8", errors="replace")
+    preview = text[:BODY_PREVIEW] if len(text) > BODY_PREVIEW else None
+    return Body(len(raw), text, preview, binary)
+
+
 def known(value: int | None) -> str | int:
     """A figure the store may not have answered: "unknown", never a guessed 0."""
     return UNKNOWN if value is None else value
@@ -65,6 +104,7 @@ def known(value: int | None) -> str | int:
 FILTERS: dict[str, Callable[..., Any]] = {
     "rfc3339": rfc3339,
     "age": age,
+    "due": due,
     "size": size,
     "known": known,
 }

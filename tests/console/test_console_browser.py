@@ -7,8 +7,11 @@ CSRF token is refused.  Every page is photographed."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -227,7 +230,7 @@ def test_the_other_pages_render(scene: Scene, page: Any) -> None:
         assert marker in page.content(), path
         page.screenshot(path=str(scene.shots / shot), full_page=True)
     page.goto(base + "/console/reconciliation/date=2026-11-24")
-    assert "Report 2026-11-24" in page.content()
+    assert "Report 2026-11-24" in page.frame_locator("#report").locator("h1").inner_text()
 
 
 def test_a_discarded_half_offers_resume_checks(scene: Scene, page: Any, dialogs: Dialogs) -> None:
@@ -261,3 +264,91 @@ def test_no_secret_reaches_the_broker_log(scene: Scene) -> None:
     assert "broker ready" in log
     for secret in (OPERATOR.secret_key, TELLER.secret_key, "a-test-session-secret"):
         assert secret not in log
+
+
+# -- a new user's first hour (issue 29, item 12) -------------------------------------------------
+
+
+def _job_report(directory: Path, day: dt.date, console_url: str) -> None:
+    """The job's own report.html (spark_reconcile's page, its script and filters) for ``day``:
+    60 double credits (critical) and 5 late acks (warning) -- more than a page of 50 rows."""
+    from spark_reconcile.anomalies import KINDS, SEVERITY
+    from spark_reconcile.report_page import html_report, severity_history
+    from spark_reconcile.summary import Summary
+
+    def row(kind: str, n: int) -> dict[str, Any]:
+        return {"kind": kind, "severity": SEVERITY[kind], "transaction_id": f"{kind}-{n}",
+                "business_id": f"b-{n}", "consumer_group": "smith-bank",
+                "created_at": 1_764_000_000_000 + n, "event_at": None, "reason": "planted",
+                "msg_id": f"m-{n}"}  # fmt: skip
+
+    rows = {"double_credit": [row("double_credit", n) for n in range(60)],
+            "ack_lag": [row("ack_lag", n) for n in range(5)]}  # fmt: skip
+    counts = {kind: len(rows.get(kind, [])) for kind in KINDS}
+    window = {"horizon": 1_764_100_000_000, "as_of": 1_764_100_000_000}
+    summary = Summary(day, "test", window, counts, rows, [], ("bob",), console_url)
+    folder = directory / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    html = html_report(summary, severity_history(directory, summary))
+    (folder / "report.html").write_text(html)
+    totals = {"critical": summary.total("critical"), "warning": summary.total("warning")}
+    per_kind = {k: {"severity": SEVERITY[k], "count": n} for k, n in counts.items()}
+    (folder / "summary.json").write_text(json.dumps(
+        {"date": day.isoformat(), "status": summary.status, **totals, "counts": per_kind}
+    ))  # fmt: skip
+
+
+def test_the_framed_reports_filters_and_buttons_work(scene: Scene, page: Any) -> None:
+    """The job's page in the console's frame runs its script (sandboxed: an opaque origin, so no
+    cookie of the console's): the kind and severity filters and the page buttons work."""
+    reports = scene.broker.log_path.parent / "reports"
+    _job_report(reports, dt.date(2026, 11, 26), scene.broker.url)
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+    page.goto(f"{scene.broker.url}/console/reconciliation/date=2026-11-26")
+    frame = page.frame_locator("#report")
+    shown = frame.locator("#shown")
+    assert frame.locator("#controls").is_visible()  # hidden until its script runs
+    assert shown.inner_text() == "rows 1-50 of 65"
+    frame.locator("#next").click()
+    assert shown.inner_text() == "rows 51-65 of 65"
+    assert frame.locator("#next").is_disabled()
+    frame.locator("#prev").click()
+    assert shown.inner_text() == "rows 1-50 of 65"
+    frame.locator("#filter-kind").select_option("ack_lag")
+    assert shown.inner_text() == "rows 1-5 of 5"
+    assert frame.locator("#anomalies tbody tr:visible").count() == 5
+    frame.locator("#filter-kind").select_option("")
+    frame.locator("#filter-severity").select_option("critical")
+    assert shown.inner_text() == "rows 1-50 of 60"
+    # The frame's document has an opaque origin: it cannot read the console's cookies or DOM.
+    origin = page.frames[1].evaluate("() => self.origin")
+    assert origin == "null"
+    assert page.frames[1].evaluate(
+        "() => { try { return document.cookie; } catch (e) { return 'refused'; } }"
+    ) in ("", "refused")
+    page.screenshot(path=str(scene.shots / "reconciliation-report.png"), full_page=True)
+
+
+def test_the_navigation_fits_1366_pixels(scene: Scene, browser: Any) -> None:
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    try:
+        page = context.new_page()
+        sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+        for path in ("/console", "/console/transactions", "/console/reconciliation"):
+            page.goto(scene.broker.url + path)
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= 1366, (path, width)
+            boxes = [
+                page.locator(selector).bounding_box()
+                for selector in ("header nav a >> nth=0", "header nav a >> nth=-1",
+                                 "header .who button")
+            ]  # fmt: skip
+            for box in boxes:
+                assert box is not None
+                assert box["x"] >= 0, (path, box)
+                assert box["x"] + box["width"] <= 1366, (path, box)
+            # One line: the first and the last link, and the sign-out button, side by side.
+            assert abs(boxes[0]["y"] - boxes[1]["y"]) < 4, (path, boxes)
+            assert abs(boxes[0]["y"] - boxes[2]["y"]) < 12, (path, boxes)
+    finally:
+        context.close()

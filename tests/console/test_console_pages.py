@@ -50,7 +50,8 @@ async def test_every_page_renders_and_an_action_is_audited(
             "/console/messages": "Search",
             f"/console/messages/{msg_id}": "HALF_STORED",
             "/console/reconciliation": "2026-11-24",
-            "/console/reconciliation/date=2026-11-23": "Report 2026-11-23",
+            "/console/reconciliation/date=2026-11-23": "Reconciliation report 2026-11-23",
+            "/console/reconciliation/date=2026-11-23?raw=1": "Report 2026-11-23",
             "/console/audit": "Audit log",
         }
         for path, marker in pages.items():

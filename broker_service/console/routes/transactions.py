@@ -12,9 +12,11 @@ from broker_service.api.params import GroupQuery, IdPath
 from broker_service.console import views
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import actor_of, checked_form, console_of, is_admin, render, who
+from broker_service.domain import names
 from broker_service.domain.audit.model import AuditResult
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import DomainError
+from broker_service.domain.messages.model import StoredMessage
 from broker_service.domain.ports import Store, StoreTx
 from broker_service.domain.transactions.check_audit import _why as why_next_round
 from broker_service.domain.transactions.model import (
@@ -48,6 +50,23 @@ async def checks_recorded(store: Store, msg_id: str) -> int:
         return tx.trace_event_count(msg_id, CHECKED)
 
     return await store.read(unit)
+
+
+def _half_of(copies: Sequence[StoredMessage]) -> StoredMessage | None:
+    """The half among a transaction's message's copies (the committed copy if retention purged
+    the half): keys, tags and body are the same in each."""
+    return next((m for m in copies if m.topic == names.HALF_TOPIC), copies[0] if copies else None)
+
+
+async def messages_of(store: Store, msg_ids: Sequence[str]) -> dict[str, StoredMessage]:
+    """The listed transactions' messages, in one read (none for a message retention purged)."""
+
+    def unit(tx: StoreTx) -> dict[str, list[StoredMessage]]:
+        return tx.find_messages_of(msg_ids)
+
+    found = await store.read(unit) if msg_ids else {}
+    halves = {msg_id: _half_of(copies) for msg_id, copies in found.items()}
+    return {msg_id: m for msg_id, m in halves.items() if m is not None}
 
 
 class _ListRead:
@@ -112,7 +131,11 @@ async def transactions(
         "limit": limit,
     }
     rounds = await next_rounds(_service(request), records)
-    return render(request, "transactions.html", records=records, rounds=rounds, filters=filters)
+    found = await messages_of(_service(request).store, [r.msg_id for r in records])
+    keys = {msg_id: m.keys for msg_id, m in found.items()}
+    return render(
+        request, "transactions.html", records=records, rounds=rounds, keys=keys, filters=filters
+    )
 
 
 @router.get("/transactions/{transaction_id}")
@@ -127,10 +150,13 @@ async def transaction(transaction_id: IdPath, request: Request) -> Response:
         except DomainError:
             trace = []
     audit = await console_of(request).auditor.entries(subject_of(transaction_id))
+    message = (await messages_of(service.store, [record.msg_id])).get(record.msg_id)
     return render(
         request,
         "transaction.html",
         t=record,
+        message=message,
+        body=None if message is None else views.body_of(message.body, message.encoding),
         trace=trace,
         checks=await service.checks(transaction_id),
         checks_total=await checks_recorded(service.store, record.msg_id),
