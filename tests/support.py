@@ -9,9 +9,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -157,3 +158,38 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class _Committer(BaseHTTPRequestHandler):
+    """A producer's check endpoint: answers every POST COMMIT and notes its path."""
+
+    seen: list[str]
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        self.seen.append(self.path)
+        body = b'{"state": "COMMIT"}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def check_endpoint(host: str = "127.0.0.1") -> Iterator[tuple[int, list[str]]]:
+    """A check endpoint on ``host`` (any 127.0.0.x on loopback): its port, and the paths POSTed
+    to it; stopped on exit."""
+    seen: list[str] = []
+    server = ThreadingHTTPServer((host, 0), type("Committer", (_Committer,), {"seen": seen}))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -9,17 +9,29 @@
   together (431 ``HEADERS_TOO_LARGE``), whatever server runs the app.  Under ``halfmq broker
   serve`` a head far over the bound never reaches it: :mod:`.protocol` refuses it as it arrives.
 * :func:`exposure_warning`: the line a broker listening beyond loopback with the ACL off logs.
+* :func:`callback_limits`: the ports a push check's callback may not name -- the broker's own
+  listeners and its store's, on any address of the broker's machine (:class:`OwnAddresses`) --
+  and ``callback_ports``, for the domain's callback rule.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker_service.api.errors import envelope
+from broker_service.domain.errors import NotReady
+from broker_service.domain.transactions.callbacks import (
+    ANY_OWN_ADDRESS,
+    CallbackLimits,
+    Listener,
+    parse_ports,
+)
 from broker_service.settings import BrokerSettings
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -57,6 +69,108 @@ def exposure_warning(settings: BrokerSettings) -> str | None:
         "this port owns the broker (sends, commits, deletes topics); turn on the ACL with "
         "--acl FILE, or listen on 127.0.0.1"
     )
+
+
+class OwnAddresses:
+    """Is a host one of the broker's machine's?  ``localhost``, this machine's name and the name
+    the broker binds; an address: the unspecified ones (a connection to 0.0.0.0 is local), and any
+    address a socket can be bound to here (loopback, every interface's).  Another name is not
+    resolved: a name in ``callback_hosts`` is the operator's word."""
+
+    def __init__(self, bind_host: str) -> None:
+        self.names = {"localhost", _bare(bind_host), socket.gethostname().lower()}
+
+    def __call__(self, host: str) -> bool:
+        host = _bare(host)
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return host in self.names
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address.is_unspecified or address.is_loopback or _bindable(address)
+
+
+def _bindable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((str(address), 0))
+    except OSError:  # EADDRNOTAVAIL: not an address of this machine
+        return False
+    return True
+
+
+def callback_limits(settings: BrokerSettings, server: tuple[Any, ...] | None) -> CallbackLimits:
+    """The domain's port rules for a heartbeat's callback URL: never the broker's HTTP port
+    (``port``, and the one ``server`` -- the request's local address -- was reached on), its gRPC
+    port or its store's address; one of ``callback_ports`` when any are listed.  A bad
+    ``callback_ports`` is 503 ``CALLBACK_PORTS_INVALID``, the operator's to fix."""
+    own = OwnAddresses(settings.host)
+    http = "the broker's own HTTP port"
+    ports = {settings.port: http} if settings.port else {}
+    if server is not None and _is_address(str(server[0])) and server[1]:
+        ports.setdefault(int(server[1]), http)  # --port 0: the port the system chose
+    if settings.grpc_port:
+        ports.setdefault(settings.grpc_port, "the broker's own gRPC port")
+    refused = [Listener(ANY_OWN_ADDRESS, port, what) for port, what in ports.items()]
+    refused += store_listeners(settings.database_url, own)
+    try:
+        allowed = parse_ports(settings.callback_ports)
+    except ValueError as exc:
+        raise NotReady(
+            f"the broker's callback_ports setting is invalid: {exc}", code="CALLBACK_PORTS_INVALID"
+        ) from None
+    return CallbackLimits(tuple(refused), allowed, own)
+
+
+def store_listeners(database_url: str, own: OwnAddresses) -> list[Listener]:
+    """Where the store listens, from a PostgreSQL ``database_url`` (its hosts and ports, in the
+    URL or its ``host``/``port`` query; 5432 by default; a Unix socket or no host is this
+    machine's); none for SQLite."""
+    try:
+        url = urlsplit(database_url)
+    except ValueError:
+        return []
+    if not url.scheme.lower().startswith("postgres"):
+        return []
+    query = parse_qs(url.query)
+    default_port = _port_of(query.get("port", ["5432"])[0]) or 5432
+    hosts = [part for part in url.netloc.rpartition("@")[2].split(",") if part]
+    hosts += query.get("host", [])
+    what = "the broker's store (database_url)"
+    listeners = []
+    for entry in hosts or [""]:
+        host, port = _split_host_port(entry)
+        port = port or default_port
+        if not host or host.startswith("/") or own(host):
+            host = ANY_OWN_ADDRESS  # a Unix socket, or this machine: any of its addresses
+        listeners.append(Listener(host, port, what))
+    return listeners
+
+
+def _split_host_port(entry: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` as (bare host, port or None)."""
+    entry = unquote(entry)
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        return host.lower(), _port_of(rest.removeprefix(":"))
+    if entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+        return host.lower(), _port_of(port)
+    return entry.lower(), None
+
+
+def _port_of(text: str) -> int | None:
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(_bare(text))
+    except ValueError:
+        return False
+    return True
 
 
 def _bare(host: str) -> str:

@@ -125,35 +125,101 @@ def cookie_of(headers: Any) -> str | None:
     return None
 
 
-class LoginThrottle:
-    """Failed logins per client address: after ``limit`` in ``window_seconds`` the address is
-    refused until the oldest of them leaves the window; each failure also waits ``delay``."""
+class _Failures:
+    """Failed sign-ins per key (an address, an access key) in a sliding window: past ``limit``
+    in ``window_seconds`` the key waits until the oldest of them leaves the window."""
 
-    def __init__(self, limit: int = 5, window_seconds: float = 300, delay: float = 0.25) -> None:
+    def __init__(self, limit: int, window_seconds: float, clock: Callable[[], float]) -> None:
         self.limit = limit
         self.window_seconds = window_seconds
-        self.delay = delay
+        self._clock = clock
         self._failures: dict[str, deque[float]] = {}
 
-    def wait_for(self, address: str) -> float:
-        """0 when the address may try now; else the seconds until it may."""
-        failures = self._failures.get(address)
+    def wait_for(self, key: str) -> float:
+        """0 when ``key`` may try now; else the seconds until it may."""
+        failures = self._failures.get(key)
         if not failures:
             return 0.0
-        now = time.monotonic()
+        now = self._clock()
         while failures and failures[0] <= now - self.window_seconds:
             failures.popleft()
         if len(failures) < self.limit:
             return 0.0
         return failures[0] + self.window_seconds - now
 
-    def failed(self, address: str) -> None:
-        if len(self._failures) > 10_000:
-            self._failures.clear()
-        self._failures.setdefault(address, deque()).append(time.monotonic())
+    def failed(self, key: str) -> bool:
+        """Count a failure; True when it is the one that reaches the limit."""
+        if len(self._failures) >= _FAILURES_MAX:
+            self._forget_old()
+        failures = self._failures.setdefault(key, deque())
+        failures.append(self._clock())
+        return len(failures) == self.limit
 
-    def succeeded(self, address: str) -> None:
-        self._failures.pop(address, None)
+    def clear(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def _forget_old(self) -> None:
+        """Drop the keys whose failures have all left the window (all of them, if none has:
+        the table stays bounded whatever an attacker varies)."""
+        horizon = self._clock() - self.window_seconds
+        old = [key for key, failures in self._failures.items() if failures[-1] <= horizon]
+        for key in old:
+            del self._failures[key]
+        if len(self._failures) >= _FAILURES_MAX:
+            self._failures.clear()
+
+
+_FAILURES_MAX = 10_000
+_ACCESS_KEY_CHARS = 256  # of the access key as typed, as it is counted (no account's is longer)
+
+
+class LoginThrottle:
+    """Failed sign-ins, counted per client address and per access key: after ``limit`` from one
+    address, or ``account_limit`` for one access key from any addresses (an attacker with many
+    addresses), in ``window_seconds``, that address or that access key is refused until the
+    oldest of its failures leaves the window; each failure also waits ``delay``.  An access key
+    is counted whether or not an account has it: a refusal tells nobody which keys exist."""
+
+    def __init__(
+        self,
+        limit: int = 5,
+        window_seconds: float = 300,
+        delay: float = 0.25,
+        account_limit: int = 10,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.delay = delay
+        self.window_seconds = window_seconds
+        self._addresses = _Failures(limit, window_seconds, clock)
+        self._accounts = _Failures(account_limit, window_seconds, clock)
+
+    @property
+    def limit(self) -> int:
+        return self._addresses.limit
+
+    @property
+    def account_limit(self) -> int:
+        return self._accounts.limit
+
+    def wait_for(self, address: str) -> float:
+        """0 when the address may try now; else the seconds until it may."""
+        return self._addresses.wait_for(address)
+
+    def wait_for_account(self, access_key: str) -> float:
+        """0 when the access key may be tried now; else the seconds until it may."""
+        return self._accounts.wait_for(access_key[:_ACCESS_KEY_CHARS])
+
+    def failed(self, address: str, access_key: str) -> tuple[bool, bool]:
+        """Count a failed sign-in; whether it made (the address, the access key) reach its
+        limit."""
+        return (
+            self._addresses.failed(address),
+            self._accounts.failed(access_key[:_ACCESS_KEY_CHARS]),
+        )
+
+    def succeeded(self, address: str, access_key: str) -> None:
+        self._addresses.clear(address)
+        self._accounts.clear(access_key[:_ACCESS_KEY_CHARS])
 
 
 # What the console's audit log hears of a refusal the gate made: (scope, access key, code).

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.hardening import callback_limits
 from broker_service.api.params import GroupName
 from broker_service.api.schemas.checks import HeartbeatIn, HeartbeatOut
 
@@ -24,12 +25,17 @@ async def heartbeat(
     settings: SettingsDep,
 ) -> HeartbeatOut:
     """An instance is live while its last heartbeat is younger than producer_expiry_seconds.
-    A ``callback_url`` must name the address the heartbeat comes from, or a host the broker's
-    ``callback_hosts`` allows (403 ``CALLBACK_NOT_ALLOWED``)."""
+    A ``callback_url`` must name the address the heartbeat comes from (the peer's: forwarded
+    headers count only from the proxies ``forwarded_allow_ips`` names), or a host the broker's
+    ``callback_hosts`` allows, on a port that is none of the broker's own listeners or its
+    store's and is one of ``callback_ports`` when that is set (403 ``CALLBACK_NOT_ALLOWED``)."""
     access_key = getattr(request.state, "access_key", None)
     source = request.client.host if request.client else None
+    limits = None
+    if body.callback_url is not None:
+        limits = callback_limits(settings, request.scope.get("server"))
     await service.heartbeat(
-        group, body.client_id, body.callback_url, body.topics, access_key, source
+        group, body.client_id, body.callback_url, body.topics, access_key, source, limits
     )
     metrics.heartbeats.inc()
     return HeartbeatOut(

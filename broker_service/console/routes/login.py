@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import mimetypes
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from fastapi.responses import RedirectResponse
 from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
 from broker_service.console.routes.common import back_to, router
+from broker_service.console.sessions import LoginThrottle
 from broker_service.console.web import (
     address_of,
     checked_form,
@@ -26,6 +28,8 @@ from broker_service.domain.audit.model import AuditResult
 from broker_service.domain.errors import NotFound
 
 _DUMMY_SECRET = "x" * 32  # compared against when the access key is unknown: the same work
+
+log = logging.getLogger("halfmq.console")
 
 
 def _safe_next(value: str | None) -> str:
@@ -47,14 +51,19 @@ async def login(request: Request) -> Response:
     console = console_of(request)
     if console.acl is None:
         return RedirectResponse("/console", status_code=303)
-    address = address_of(request)
-    wait = console.throttle.wait_for(address)
+    address = address_of(request)  # the peer's (a forwarded header only from a listed proxy)
+    throttle = console.throttle
+    wait = throttle.wait_for(address)
     if wait > 0:
         failure = f"too many failed sign-ins from {address}: try again in {int(wait) + 1} s"
         return render(request, "login.html", 429, next="/console", failure=failure)
     form = await checked_form(request)
     access_key = form.get("access_key", "")
     secret_key = form.get("secret_key", "")
+    wait = throttle.wait_for_account(access_key)
+    if wait > 0:  # (the key is not echoed: a secret typed into its field would be)
+        failure = f"too many failed sign-ins for this access key: try again in {int(wait) + 1} s"
+        return render(request, "login.html", 429, next="/console", failure=failure)
     config = console.acl.config
     account = config.account(access_key)
     expected = account.secret_key if account is not None else _DUMMY_SECRET
@@ -68,23 +77,42 @@ async def login(request: Request) -> Response:
         except AclError as error:
             reason = str(error.code)
     if reason != "ok" or account is None:
-        console.throttle.failed(address)
-        await asyncio.sleep(console.throttle.delay)
-        known = access_key if account is not None else "unknown"
+        known = access_key if account is not None else None
+        _note_throttled(throttle, address, known, *throttle.failed(address, access_key))
+        await asyncio.sleep(throttle.delay)
         await console.auditor.record(
-            known, "login", "console", AuditResult.REFUSED, {"code": reason, "address": address}
+            known or "unknown",
+            "login",
+            "console",
+            AuditResult.REFUSED,
+            {"code": reason, "address": address},
         )
         failure = "the access key or the secret key is wrong, or not allowed from here"
         return render(
             request, "login.html", 401, next=_safe_next(form.get("next")), failure=failure
         )
-    console.throttle.succeeded(address)
+    throttle.succeeded(address, access_key)
     await console.auditor.record(
         access_key, "login", "console", AuditResult.OK, {"address": address}
     )
     response = back_to(_safe_next(form.get("next")))
     set_session(request, response, console.signer.new(access_key, account.secret_key))
     return response
+
+
+def _note_throttled(
+    throttle: LoginThrottle, address: str, known: str | None, by_address: bool, by_account: bool
+) -> None:
+    """One log line when a failure starts a wait (an unknown access key is not named: it may be
+    a secret typed into the wrong field)."""
+    window = int(throttle.window_seconds)
+    if by_address:
+        log.warning("console sign-in: %d failures from %s in %d s: that address now waits",
+                    throttle.limit, address, window)  # fmt: skip
+    if by_account:
+        key = "an unknown access key" if known is None else f"access key {known!r}"
+        log.warning("console sign-in: %d failures for %s in %d s, the last from %s: that "
+                    "access key now waits", throttle.account_limit, key, window, address)  # fmt: skip
 
 
 @router.post("/logout")

@@ -12,7 +12,7 @@ from broker_service.domain import names
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.ports import Store, StoreTx
-from broker_service.domain.transactions.callbacks import CallbackPolicy
+from broker_service.domain.transactions.callbacks import NO_LIMITS, CallbackLimits, CallbackPolicy
 from broker_service.domain.transactions.check_audit import check_audit
 from broker_service.domain.transactions.checkback import (
     CheckBack,
@@ -138,18 +138,18 @@ class TransactionService:
         topics: Sequence[str],
         access_key: str | None = None,
         source: str | None = None,
+        limits: CallbackLimits | None = None,
     ) -> None:
-        """``source``: the address the heartbeat came from, the one a callback URL may name."""
+        """``source``: the address the heartbeat came from, the one a callback URL may name;
+        ``limits``: the ports it may not name (the broker's listeners, its store's) or must."""
         if callback_url is not None:
-            self.callbacks.check(callback_url, source)
+            self.callbacks.check(callback_url, source, limits or NO_LIMITS)
         names.check_name(group, "producer group")
         now = self.clock()
         await self.store.write(
             lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now, access_key)
         )
 
-    async def producer_group(self, group: str) -> list[ProducerInstance]:
-        names.check_name(group, "producer group")
     async def set_aside(self, group: str, client_id: str, error: str) -> None:
         """An instance that can take no check now (a gRPC producer whose Telemetry stream
         closed): the group's other instances are checked for ``unreachable_ms``, as when a push
@@ -160,6 +160,8 @@ class TransactionService:
             lambda tx: tx.mark_unreachable(group, client_id, until=until, error=error, now=now)
         )
 
+    async def producer_group(self, group: str) -> list[ProducerInstance]:
+        names.check_name(group, "producer group")
         return await self.store.read(lambda tx: tx.list_producers(group))
 
     async def delete_producer_group(self, group: str) -> int:
