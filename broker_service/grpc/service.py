@@ -240,26 +240,20 @@ class MessagingService:
 
         async def work() -> rpc.TelemetryCommand:
             if settings.client_type == _PRODUCER:
+                caller = self._caller(context, [])
                 topics = [topic.name for topic in settings.publishing.topics]
-                groups = {self.group_of(t) for t in topics}
-                self._caller(
-                    context,
-                    [Need.topic(t, Perm.PUB) for t in topics]
-                    + [Need.group(g, Perm.PUB) for g in groups],
-                )
                 session.settings = settings
+                session.producer_topics = [t for t in topics if self._may_publish(caller, t)]
                 await self.registry.register_producer(session)
                 return rpc.TelemetryCommand(status=ok(), settings=self._producer_settings(settings))
             if settings.client_type in _CONSUMERS:
                 subscription = settings.subscription
                 group = subscription.group.name
-                topics = [entry.topic.name for entry in subscription.subscriptions]
-                self._caller(
-                    context,
-                    [Need.group(group, Perm.SUB)] + [Need.topic(t, Perm.SUB) for t in topics],
-                )
+                caller = self._caller(context, [])
                 for entry in subscription.subscriptions:
-                    await self._subscribe(group, entry.topic.name, entry.expression)
+                    # one it may not read is not subscribed; its receives are refused FORBIDDEN
+                    if self._may_read(caller, group, entry.topic.name):
+                        await self._subscribe(group, entry.topic.name, entry.expression)
                 session.settings = settings
                 self.registry.register(session)
                 reply = self._consumer_settings(settings)
@@ -272,6 +266,32 @@ class MessagingService:
             )
 
         return await self._answer("Telemetry", build, work)
+
+    def _may_publish(self, caller: Caller, topic: str) -> bool:
+        """PUB on the topic and its producer group: only then is the producer an instance of
+        the group, sent its checks (a check carries the half's body).  Its sends are refused
+        FORBIDDEN one by one; its settings are answered all the same, as the proxy does."""
+        if self.auth is None or caller.access_key is None:
+            return True
+        needs = [Need.topic(topic, Perm.PUB), Need.group(self.group_of(topic), Perm.PUB)]
+        try:
+            authorize(self.auth.config(), caller.access_key, caller.address, needs)
+        except AclError:
+            log.info(
+                "gRPC producer %s may not publish to %s: not its group's instance", caller, topic
+            )
+            return False
+        return True
+
+    def _may_read(self, caller: Caller, group: str, topic: str) -> bool:
+        if self.auth is None or caller.access_key is None:
+            return True
+        needs = [Need.group(group, Perm.SUB), Need.topic(topic, Perm.SUB)]
+        try:
+            authorize(self.auth.config(), caller.access_key, caller.address, needs)
+        except AclError:
+            return False
+        return True
 
     def _producer_settings(self, settings: pb.Settings) -> pb.Settings:
         reply = pb.Settings()

@@ -49,18 +49,15 @@ class Session:
     caller: Caller
     access_key: str | None
     settings: pb.Settings | None = None
+    # a producer's topics it may publish to (with the ACL on: PUB on the topic and its group):
+    # the groups it is an instance of, and whose checks it is sent
+    producer_topics: list[str] = field(default_factory=list)
     outgoing: asyncio.Queue[rpc.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
     pumps: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
     def client_id(self) -> str:
         return self.caller.client_id
-
-    @property
-    def producer_topics(self) -> list[str]:
-        if self.settings is None or not self.settings.HasField("publishing"):
-            return []
-        return [topic.name for topic in self.settings.publishing.topics]
 
     def write(self, command: rpc.TelemetryCommand) -> None:
         self.outgoing.put_nowait(command)

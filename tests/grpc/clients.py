@@ -60,13 +60,21 @@ class GrpcBroker(BrokerProcess):
 class RmqClient:
     """One run of ``rmq_client.py``; its events (JSON lines) are read as they come."""
 
-    def __init__(self, home: Path, endpoint: str, scenario: str, *args: str) -> None:
+    def __init__(
+        self,
+        home: Path,
+        endpoint: str,
+        scenario: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         home.mkdir(parents=True, exist_ok=True)
+        self.home = home
         self.process = subprocess.Popen(
             [sys.executable, str(CLIENT), endpoint, scenario, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "HOME": str(home)},
+            env={**os.environ, "HOME": str(home), **(env or {})},
             text=True,
         )
         self.events: list[dict[str, Any]] = []
@@ -101,9 +109,11 @@ class RmqClient:
             self.process.stdout.close()
 
 
-def run_client(home: Path, endpoint: str, scenario: str, *args: str) -> list[dict[str, Any]]:
+def run_client(
+    home: Path, endpoint: str, scenario: str, *args: str, env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Run one scenario to its end; its events."""
-    client = RmqClient(home, endpoint, scenario, *args)
+    client = RmqClient(home, endpoint, scenario, *args, env=env)
     try:
         return client.finish()
     finally:
@@ -117,6 +127,11 @@ def running_client(home: Path, endpoint: str, scenario: str, *args: str) -> Iter
         yield client
     finally:
         client.kill()
+
+
+def client_log(home: Path) -> str:
+    """What the client wrote to its own log (~/logs/rocketmq_python/): the broker's statuses."""
+    return "".join(p.read_text(errors="replace") for p in home.glob("logs/**/*.log"))
 
 
 def errors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

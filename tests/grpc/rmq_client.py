@@ -6,7 +6,8 @@ the gRPC tests: one scenario per run, each event printed as a JSON line on stdou
 Scenarios: ``send`` (NORMAL; ``--group`` FIFO; ``--delay-seconds`` DELAY), ``commit`` and
 ``rollback`` (a transaction ended by the producer), ``orphan`` (a half left open; its checker
 answers ``--answer`` COMMIT / ROLLBACK / UNKNOWN / RAISE and the process stays up ``--seconds``),
-``receive`` (a SimpleConsumer: ``--ack``, ``--change-invisible``, ``--count``).  Errors are
+``receive`` (a SimpleConsumer: ``--ack``, ``--change-invisible``, ``--count``); ``--tls``
+trusts the roots ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` names.  Errors are
 printed as ``{"event": "error", "type": ..., "message": ...}``; the exit status is 0 unless the
 client could not start.
 """
@@ -76,7 +77,7 @@ def message(args: argparse.Namespace, body: str) -> Message:
 
 
 def produce(args: argparse.Namespace, config: ClientConfiguration) -> None:
-    producer = Producer(config, (args.topic,), checker=Checker(args.answer))
+    producer = Producer(config, (args.topic,), checker=Checker(args.answer), tls_enable=args.tls)
     producer.startup()
     say(event="started", client_id=producer.client_id)
     try:
@@ -113,7 +114,7 @@ def produce(args: argparse.Namespace, config: ClientConfiguration) -> None:
 def consume(args: argparse.Namespace, config: ClientConfiguration) -> None:
     expression = FilterExpression(args.expression)
     consumer = SimpleConsumer(
-        config, args.group, {args.topic: expression}, await_duration=args.wait
+        config, args.group, {args.topic: expression}, await_duration=args.wait, tls_enable=args.tls
     )
     consumer.startup()
     say(event="started", client_id=consumer.client_id)
@@ -174,6 +175,7 @@ def main() -> int:
     parser.add_argument("--wait", type=int, default=2)
     parser.add_argument("--ack", action="store_true")
     parser.add_argument("--change-invisible", type=int, default=0)
+    parser.add_argument("--tls", action="store_true")
     args = parser.parse_args()
     config = ClientConfiguration(args.endpoint, Credentials(args.ak, args.sk), request_timeout=10)
     try:
