@@ -84,6 +84,7 @@ class Broker:
             metrics=self.metrics,
             pull_hub=self.pull_hub,
             acl=self.acl,
+            audit=self.audit,
             wake_checks=None if self.checks is None else self.checks.wake,
             presence=self.presence,
         )
@@ -110,13 +111,13 @@ class Broker:
             self.checks.start()
         if self.purges is not None:
             self.purges.start()
-
         if self.grpc is not None:  # on the running loop: uvicorn's, in a broker process
             await self.grpc.start()
+
     async def stop(self) -> None:
-        await self.beats.stop()  # the row stays: "last seen N s ago" until a day has passed
         if self.grpc is not None:
             await self.grpc.stop()
+        await self.beats.stop()  # the row stays: "last seen N s ago" until a day has passed
         if self.purges is not None:
             await self.purges.stop()
         await self.delays.stop()
@@ -221,11 +222,10 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         delays=DelayScheduler(messages),
         checks=checks,
         purges=purges,
-    )
         grpc=grpc_server(settings, transactions, messages, consumers, metrics, hub, acl),
+    )
 
 
-def broker_version() -> str:
 def grpc_server(
     settings: BrokerSettings,
     transactions: TransactionService,
@@ -263,6 +263,7 @@ def grpc_server(
     return GrpcServer(served, listen)
 
 
+def broker_version() -> str:
     """The installed halfmq's version, as the list of brokers shows it."""
     try:
         return version("halfmq")

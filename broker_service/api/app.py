@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI
 
 from broker_service.acl.runtime import AclRuntime
 from broker_service.api import errors
+from broker_service.api.audit import AdminAudit
 from broker_service.api.gate import AclGate
 from broker_service.api.hardening import HeaderLimits, TrustedHosts, allowed_hosts
 from broker_service.api.limits import BodyLimit
@@ -24,6 +25,7 @@ from broker_service.api.routes import consumers as consumer_routes
 from broker_service.api.routes import items as item_routes
 from broker_service.api.routes import trace as trace_routes
 from broker_service.api.schemas import bodies
+from broker_service.domain.audit.service import AuditService
 from broker_service.domain.brokers.service import PresenceService
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.messages.service import MessageService
@@ -50,6 +52,7 @@ class Served:
     pull_hub: PullHub  # woken by the check-back scheduler, waited on by pull long-polls
     presence: PresenceService  # the brokers sharing the store
     acl: AclRuntime | None = None
+    audit: AuditService | None = None  # the audit log admin actions are written to
     wake_checks: Callable[[], None] | None = None  # run the next check round now
 
 
@@ -126,6 +129,10 @@ def create_app(
         acl=served.acl,
         public_ops=settings.acl_public_ops,
         rate_per_second=settings.acl_rate_limit,
+    )
+    # Outside the gate: a refused admin action is audited too.
+    app.add_middleware(
+        AdminAudit, audit=served.audit, metrics=served.metrics, acl_on=served.acl is not None
     )
     app.add_middleware(BodyLimit, limit=request_limit(settings))
     app.add_middleware(TrustedHosts, allowed_hosts=allowed_hosts(settings))
