@@ -252,7 +252,9 @@ class MessagingService:
                 caller = self._caller(context, [])
                 for entry in subscription.subscriptions:
                     # one it may not read is not subscribed; its receives are refused FORBIDDEN
-                    if self._may_read(caller, group, entry.topic.name):
+                    # a SQL92 one neither: each receive says ILLEGAL_FILTER_EXPRESSION
+                    sql = entry.expression.type == pb.FilterType.SQL
+                    if not sql and self._may_read(caller, group, entry.topic.name):
                         await self._subscribe(group, entry.topic.name, entry.expression)
                 session.settings = settings
                 self.registry.register(session)

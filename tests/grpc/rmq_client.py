@@ -30,6 +30,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 
 
 def say(**event: Any) -> None:
@@ -86,7 +87,7 @@ def produce(args: argparse.Namespace, config: ClientConfiguration) -> None:
             try:
                 if args.scenario == "send":
                     receipt = producer.send(message(args, body))
-                    say(event="sent", message_id=receipt.message_id, body=body)
+                    say(event="sent", message_id=receipt.message_id, body=body, at=time.time())
                     continue
                 transaction = producer.begin_transaction()
                 receipt = producer.send(message(args, body), transaction)
@@ -113,6 +114,8 @@ def produce(args: argparse.Namespace, config: ClientConfiguration) -> None:
 
 def consume(args: argparse.Namespace, config: ClientConfiguration) -> None:
     expression = FilterExpression(args.expression)
+    if args.sql:
+        expression = FilterExpression(args.expression, FilterType.SQL)
     consumer = SimpleConsumer(
         config, args.group, {args.topic: expression}, await_duration=args.wait, tls_enable=args.tls
     )
@@ -176,6 +179,7 @@ def main() -> int:
     parser.add_argument("--ack", action="store_true")
     parser.add_argument("--change-invisible", type=int, default=0)
     parser.add_argument("--tls", action="store_true")
+    parser.add_argument("--sql", action="store_true")
     args = parser.parse_args()
     config = ClientConfiguration(args.endpoint, Credentials(args.ak, args.sk), request_timeout=10)
     try:

@@ -4,7 +4,6 @@ SimpleConsumer -- each client its own process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,16 +13,6 @@ from tests.grpc.clients import FAST_CHECKS, GrpcBroker, errors, run_client, runn
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def grpc_broker(migrated_url: str, tmp_path: Path) -> Iterator[GrpcBroker]:
-    broker = GrpcBroker(migrated_url, tmp_path / "broker.log", *FAST_CHECKS)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def transaction(broker: GrpcBroker, transaction_id: str) -> dict[str, object]:
