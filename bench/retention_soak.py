@@ -3,8 +3,8 @@ broker's RSS over time, and sends while a purge round runs against sends while n
 
     python bench/retention_soak.py [--minutes 10] [--retention-seconds 60] [--store sqlite]
         [--rate 1500] [--batch 50] [--closed-minutes 2] [--closed-connections 16]
-        [--purge-interval 60]
-        [--purge-batch 1000] [--purge-share 0.05] [--purge-pause 0.002] [--sample-seconds 10]
+        [--purge-interval 60] [--purge-batch 1000] [--purge-share 0.05] [--purge-pause 0.002]
+        [--sample-seconds 10] [--acl] [--acl-window-seconds 60]
 
 It starts one broker process on 127.0.0.1 (``--store sqlite``: a fresh file; ``postgresql``: a
 scratch schema of its own in the ``test`` database, dropped at the end) with
@@ -24,10 +24,19 @@ subscribes to, then runs two phases:
                past ``--retention-seconds`` without anyone acking: its rate is the broker's spare
                send capacity on top of the steady load, and nothing gates it.
 
+``--acl``: the broker runs with an ACL (one admin account) and every request is signed, so each
+one's nonce is stored and expired ``--acl-window-seconds`` later (default 60; the broker's own
+default, 300, outlasts a short run) -- ``acl_nonces`` churns as the other tables do.
+
 Every ``--sample-seconds`` it reads the SQLite file and its -wal (PostgreSQL: the tables' size),
 ``GET /v1/store/stats`` (size, free pages, rows per table: counted, a read of its own), the
 broker's VmRSS and CPU from /proc, and the retention counters of ``GET /metrics``.  Purge rounds
 are timed from the broker's log: each round logs ``purged ... in X.XXs`` at its end.
+
+PostgreSQL: also the schema's size on disk (every table, index and TOAST table, from
+``pg_total_relation_size``) and each purged table's live and dead rows (``pg_stat_user_tables``)
+and VACUUMs (manual and auto), read over a connection of its own; printed as a second curve, with
+the schema's size in the flatness check.
 
 It prints the purge rounds, a curve (one row each ``--table-seconds``: sizes and rows as the most
 seen in the window), whether size, rows and RSS are flat (the most of the fixed phase's second half
@@ -74,12 +83,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker_bench import PG_BASE, free_port
 from loadgen import Connection
 
+from framework.signing import Credentials, HalfmqAuth, sign_headers
+
 TOPIC, GROUP, QUEUES = "soak", "soak-group", 4
 UNREAD = "soak-unread"  # the closed-loop senders' topic: no group subscribes
 RECEIVE_MAX = 32
 FLAT = 1.10  # the most of the last half over the reference at most this: flat
 TARGET = 0.90  # sends during purge rounds over sends without
 ROWS = ("messages", "deliveries", "purged_ids")
+# PostgreSQL: the tables the purge and the nonces' expiry delete from, sampled for dead rows.
+PURGED = (
+    "messages",
+    "message_keys",
+    "transactions",
+    "deliveries",
+    "trace_events",
+    "purged_ids",
+    "acl_nonces",
+)
+ADMIN = Credentials("soak-admin-key", "soak-admin-secret-0123456789")
+ACL_FILE = f"""\
+globalWhiteRemoteAddresses:
+  - 127.0.0.1
+accounts:
+  - accessKey: {ADMIN.access_key}
+    secretKey: {ADMIN.secret_key}
+    admin: true
+"""
+Signer = Callable[[str, str, bytes], dict[str, str]] | None
 _PURGE_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO halfmq\.retention: purged (.+?) in ([\d.]+)s(.*)$"
 )
@@ -111,7 +142,9 @@ class Broker:
                 self.process.wait(timeout=10)
 
 
-def start_broker(url: str, db: Path | None, log: Path, args: argparse.Namespace) -> Broker:
+def start_broker(
+    url: str, db: Path | None, log: Path, args: argparse.Namespace, acl: Path | None
+) -> Broker:
     subprocess.run(
         [sys.executable, "-m", "halfmq", "db", "upgrade", "--database-url", url],
         check=True,
@@ -129,6 +162,8 @@ def start_broker(url: str, db: Path | None, log: Path, args: argparse.Namespace)
     port = free_port()
     command = [sys.executable, "-m", "halfmq", "broker", "serve", "--database-url", url]
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
+    if acl is not None:
+        command += ["--acl", str(acl), "--acl-window-seconds", repr(args.acl_window_seconds)]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     broker = Broker(process, port, log, db)
@@ -190,6 +225,13 @@ class Sample:
 
 
 @dataclass
+class PgSample:
+    at: float  # wall clock
+    size: int  # bytes: the schema's tables, indexes and TOAST
+    tables: dict[str, tuple[int, int, int]]  # table -> (live rows, dead rows, vacuums)
+
+
+@dataclass
 class Round:
     start: float  # wall clock
     end: float
@@ -214,6 +256,8 @@ class Load:
     cpu: list[tuple[float, float]] = field(default_factory=list)  # wall, broker CPU seconds
     acks: list[tuple[float, int]] = field(default_factory=list)  # wall, n
     samples: list[Sample] = field(default_factory=list)
+    pg: list[PgSample] = field(default_factory=list)
+    sign: Signer = None  # --acl: the headers that sign a request
     phases: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> wall span
 
     def wall(self, perf: float) -> float:
@@ -257,21 +301,38 @@ def batch_payload(batch: int, body_bytes: int) -> dict[str, object]:
     return {"messages": [{"body": "x" * body_bytes} for _ in range(batch)]}
 
 
-async def setup(port: int) -> None:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+def signer(acl: bool) -> Signer:
+    """--acl: every request signed by the admin account (a fresh nonce each)."""
+    if not acl:
+        return None
+
+    def sign(method: str, target: str, payload: bytes) -> dict[str, str]:
+        path, _, query = target.partition("?")
+        return sign_headers(ADMIN, method, path, query, payload)
+
+    return sign
+
+
+def client(port: int, acl: bool, timeout: float) -> httpx.AsyncClient:
+    auth = HalfmqAuth(ADMIN) if acl else None
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=timeout, auth=auth)
+
+
+async def setup(port: int, acl: bool) -> None:
+    async with client(port, acl, 30) as client_:
         for path, body in (
             ("/v1/topics", {"name": TOPIC, "queues": QUEUES}),
             ("/v1/topics", {"name": UNREAD, "queues": QUEUES}),
             ("/v1/consumer-groups", {"name": GROUP, "consume_from": "FIRST_OFFSET"}),
             (f"/v1/consumer-groups/{GROUP}/subscriptions", {"topic": TOPIC}),
         ):
-            answer = await client.post(path, json=body)
+            answer = await client_.post(path, json=body)
             if answer.status_code >= 300:
                 raise RuntimeError(f"{path}: HTTP {answer.status_code} {answer.text[:200]}")
 
 
 async def send(conn: Connection, payload: dict[str, object], load: Load, due: float) -> None:
-    status, _ = await conn.request("POST", f"/v1/topics/{TOPIC}/messages:batch", payload)
+    status, _ = await conn.request("POST", f"/v1/topics/{TOPIC}/messages:batch", payload, load.sign)
     ended = time.perf_counter()
     if status != 201:
         load.send_errors += 1
@@ -283,7 +344,7 @@ async def send(conn: Connection, payload: dict[str, object], load: Load, due: fl
 
 async def send_unread(conn: Connection, path: str, payload: object, n: int, load: Load) -> None:
     began = time.perf_counter()
-    status, _ = await conn.request("POST", path, payload)
+    status, _ = await conn.request("POST", path, payload, load.sign)
     ended = time.perf_counter()
     if status != 201:
         load.send_errors += 1
@@ -350,7 +411,7 @@ async def consumer(port: int, name: str, load: Load, stop: asyncio.Event) -> Non
     try:
         while not stop.is_set():
             status, data = await conn.request(
-                "POST", f"/v1/consumer-groups/{GROUP}/receive", receive
+                "POST", f"/v1/consumer-groups/{GROUP}/receive", receive, load.sign
             )
             if status != 200:
                 load.ack_errors += 1
@@ -360,7 +421,7 @@ async def consumer(port: int, name: str, load: Load, stop: asyncio.Event) -> Non
             if not handles:
                 continue
             status, _ = await conn.request(
-                "POST", f"/v1/consumer-groups/{GROUP}/ack", {"receipt_handles": handles}
+                "POST", f"/v1/consumer-groups/{GROUP}/ack", {"receipt_handles": handles}, load.sign
             )
             if status != 200:
                 load.ack_errors += 1
@@ -372,12 +433,12 @@ async def consumer(port: int, name: str, load: Load, stop: asyncio.Event) -> Non
 
 
 async def sampler(broker: Broker, load: Load, every: float, phase: list[str]) -> None:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{broker.port}", timeout=60) as client:
+    async with client(broker.port, load.sign is not None, 60) as http:
         while True:
             began = time.perf_counter()
-            stats = await client.get("/v1/store/stats")
+            stats = await http.get("/v1/store/stats")
             found = stats.json() if stats.status_code == 200 else {}
-            metrics = parse_metrics((await client.get("/metrics")).text)
+            metrics = parse_metrics((await http.get("/metrics")).text)
             if broker.db is not None:
                 db, wal = file_sizes(broker.db)
             else:
@@ -409,6 +470,36 @@ async def sampler(broker: Broker, load: Load, every: float, phase: list[str]) ->
             await asyncio.sleep(max(0.0, every - (time.perf_counter() - began)))
 
 
+_PG_SIZE = text(
+    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+    "WHERE c.relnamespace = CAST(:schema AS regnamespace) AND c.relkind = 'r'"
+)
+_PG_ROWS = text(
+    "SELECT relname, n_live_tup, n_dead_tup, vacuum_count + autovacuum_count "
+    "FROM pg_stat_user_tables WHERE schemaname = :schema AND relname = ANY(:tables)"
+)
+
+
+def pg_sample(url: str, schema: str) -> PgSample:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            size = int(conn.execute(_PG_SIZE, {"schema": schema}).scalar_one())
+            found = conn.execute(_PG_ROWS, {"schema": schema, "tables": list(PURGED)}).all()
+    finally:
+        engine.dispose()
+    tables = {str(t): (int(live), int(dead), int(vacuums)) for t, live, dead, vacuums in found}
+    return PgSample(time.time(), size, tables)
+
+
+async def pg_sampler(url: str, schema: str, load: Load, every: float) -> None:
+    """PostgreSQL: the schema's size on disk and the purged tables' live and dead rows."""
+    while True:
+        began = time.perf_counter()
+        load.pg.append(await asyncio.to_thread(pg_sample, url, schema))
+        await asyncio.sleep(max(0.0, every - (time.perf_counter() - began)))
+
+
 async def cpu_sampler(pid: int, load: Load) -> None:
     """The broker's CPU seconds each second (a /proc read), to split CPU by purge rounds."""
     while True:
@@ -416,9 +507,9 @@ async def cpu_sampler(pid: int, load: Load) -> None:
         await asyncio.sleep(1.0 - time.time() % 1.0)
 
 
-async def soak(broker: Broker, args: argparse.Namespace) -> Load:
-    await setup(broker.port)
-    load = Load(time.time() - time.perf_counter())
+async def soak(broker: Broker, args: argparse.Namespace, pg: tuple[str, str] | None) -> Load:
+    await setup(broker.port, args.acl)
+    load = Load(time.time() - time.perf_counter(), sign=signer(args.acl))
     stop = asyncio.Event()
     phase = ["fixed"]
     consumers = [
@@ -427,6 +518,9 @@ async def soak(broker: Broker, args: argparse.Namespace) -> Load:
     ]
     sampling = asyncio.create_task(sampler(broker, load, args.sample_seconds, phase))
     cpu = asyncio.create_task(cpu_sampler(broker.pid, load))
+    tasks = [sampling, cpu]
+    if pg is not None:
+        tasks.append(asyncio.create_task(pg_sampler(*pg, load, args.sample_seconds)))
     try:
         began = time.perf_counter()
         switch = began + args.minutes * 60
@@ -444,7 +538,7 @@ async def soak(broker: Broker, args: argparse.Namespace) -> Load:
     finally:
         stop.set()
         await asyncio.gather(*consumers, return_exceptions=True)
-        for task in (sampling, cpu):
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -603,6 +697,50 @@ def print_flatness(load: Load, t0: float, args: argparse.Namespace, sqlite: bool
         )
 
 
+def print_pg(load: Load, t0: float, args: argparse.Namespace) -> None:
+    """PostgreSQL: the schema's size and each purged table's live / dead rows over time, and
+    whether the size is flat (as :func:`print_flatness` judges the others)."""
+    if not load.pg:
+        return
+    every = args.table_seconds
+    print(
+        f"\n== PostgreSQL: the schema's size on disk (tables, indexes, TOAST) and live / dead rows "
+        f"of the tables the purge and the nonces' expiry delete from (a row each {every:.0f} s: "
+        "the last sample; vac: VACUUMs so far, manual and auto)"
+    )
+    print(f"{'time':>6}{'size MB':>9}" + "".join(f"{t:>20}" for t in PURGED) + f"{'vac':>5}")
+    next_row = t0
+    for i, p in enumerate(load.pg):
+        if p.at < next_row - 0.5 and i != len(load.pg) - 1:
+            continue
+        cells = "".join(
+            f"{'{:,}/{:,}'.format(*p.tables.get(t, (0, 0, 0))[:2]):>20}" for t in PURGED
+        )
+        vacuums = sum(v for _, _, v in p.tables.values())
+        print(f"{clock(p.at - t0):>6}{mb(p.size):>9}{cells}{vacuums:>5}")
+        while next_row <= p.at + 0.5:
+            next_row += every
+    ref_from, ref_to = t0 + args.ref_minute * 60, t0 + (args.ref_minute + 1) * 60
+    half = t0 + args.minutes * 30
+    ref = [p for p in load.pg if ref_from <= p.at < ref_to]
+    late = [p for p in load.pg if half <= p.at < t0 + args.minutes * 60]
+    if not ref or not late or ref_to > half:
+        return
+    for label, value in (
+        ("schema size MB", lambda p: p.size / 1e6),
+        ("dead rows, all", lambda p: float(sum(d for _, d, _ in p.tables.values()))),
+    ):
+        before, after = max(value(p) for p in ref), max(value(p) for p in late)
+        ratio = after / before if before else float("inf") if after else 1.0
+        slope = slope_per_minute([(p.at - t0, value(p)) for p in late])
+        drift = slope * args.minutes / 2 / after if after else 0.0
+        verdict = "flat" if ratio <= FLAT else "level" if drift <= FLAT - 1 else "GROWS"
+        print(
+            f"{label:<16} reference {before:,.1f}  2nd half max {after:,.1f}  ratio {ratio:.2f}"
+            f"  slope/min {slope:+,.1f}  half x slope {drift:+.1%}  {verdict}"
+        )
+
+
 def per_second(events: Sequence[tuple[float, int]]) -> dict[int, int]:
     counts: dict[int, int] = {}
     for at, n in events:
@@ -703,6 +841,7 @@ def report(load: Load, broker: Broker, args: argparse.Namespace, sqlite: bool) -
     print_rounds(rounds, t0)
     print_curve(load, t0, args.table_seconds, sqlite)
     print_flatness(load, t0, args, sqlite)
+    print_pg(load, t0, args)
     print_throughput(load, rounds, t0)
     print(
         f"\nsent {load.sent:,} fixed-rate and {load.closed_sent:,} closed-loop (errors "
@@ -735,6 +874,13 @@ def main() -> None:
     parser.add_argument("--sample-seconds", type=float, default=10.0)
     parser.add_argument("--table-seconds", type=float, default=30.0)
     parser.add_argument("--ref-minute", type=float, default=2.0)
+    parser.add_argument("--acl", action="store_true", help="ACL on: every request signed")
+    parser.add_argument(
+        "--acl-window-seconds",
+        type=float,
+        default=60.0,
+        help="with --acl: how long a nonce is kept (the broker's default, 300, outlasts a short run)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the store and the broker log")
     args = parser.parse_args()
 
@@ -757,13 +903,18 @@ def main() -> None:
         f"apart; fixed rate {args.rate:,.0f} msg/s in batches of {args.batch} x "
         f"{args.body_bytes} B for {args.minutes:g} min, then {args.closed_minutes:g} min more "
         f"with {args.closed_connections} closed-loop senders of {args.closed_batch} to an unread "
-        f"topic; load average at the start {os.getloadavg()[0]:.2f}"
+        f"topic; ACL {'on: every request signed' if args.acl else 'off'}; load average at the "
+        f"start {os.getloadavg()[0]:.2f}"
     )
     broker = None
     try:
-        broker = start_broker(url, db, workdir / "broker.log", args)
+        acl = None
+        if args.acl:
+            acl = workdir / "acl.yml"
+            acl.write_text(ACL_FILE)
+        broker = start_broker(url, db, workdir / "broker.log", args, acl)
         print(f"broker PID {broker.pid} on port {broker.port}, log {broker.log}")
-        load = asyncio.run(soak(broker, args))
+        load = asyncio.run(soak(broker, args, None if sqlite else (url, schema)))
         report(load, broker, args, sqlite)
     finally:
         if broker is not None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -39,13 +40,27 @@ log = logging.getLogger("halfmq.store")
 
 _CLOSE_WAIT_SECONDS = 10.0
 
-# The tables retention deletes from, and when a purge vacuums them (PostgreSQL).
-RECLAIMED = ("messages", "message_keys", "transactions", "deliveries", "trace_events", "purged_ids")
-_DEAD_MIN = 10_000
-# The planner's estimate of each table's rows (kept by VACUUM and ANALYZE): no count(*).
-_estimated_rows = text(
-    "SELECT relname, reltuples::bigint FROM pg_class "
-    "WHERE relnamespace = current_schema()::regnamespace AND relname = ANY(:tables)"
+# The tables the purge and the nonces' expiry delete from, and when a purge round vacuums them
+# (PostgreSQL): once their dead rows reach _DEAD_MIN and a twentieth of their live rows, each at
+# most once every _VACUUM_SPACING_SECONDS (an operator's rounds back to back).
+RECLAIMED = (
+    "messages",
+    "message_keys",
+    "transactions",
+    "deliveries",
+    "trace_events",
+    "purged_ids",
+    "acl_nonces",
+)
+_DEAD_MIN = 1_000
+_DEAD_SHARE = 20
+_VACUUM_SPACING_SECONDS = 30.0
+# The statistics' live and dead rows of each table (dead: deleted, or left by an update):
+# no count(*).  A table's own deletes show there within a second or so; the purge's are also
+# counted here (``SqlStore._dead``), so a round's own deletes are never missed.
+_dead_rows = text(
+    "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables "
+    "WHERE schemaname = current_schema() AND relname = ANY(:tables)"
 )
 
 T = TypeVar("T")
@@ -99,6 +114,7 @@ class SqlStore:
         self._claims: dict[bool, Engine] = {}
         self.inflight = InFlight()
         self._dead: dict[str, int] = {}  # rows purged since this store last vacuumed the table
+        self._vacuumed_at: dict[str, float] = {}  # when this store last vacuumed it (monotonic)
         self.closed = False
         self.schema_current = False
         self.schema_reason = "starting"
@@ -220,11 +236,14 @@ class SqlStore:
 
     async def reclaim(self, purged: Mapping[str, int]) -> list[str]:
         """After a purge round (:class:`~broker_service.domain.ports.StoreUpkeep`) that deleted
-        ``purged`` rows by table.  PostgreSQL reuses a deleted row's space only once a VACUUM has
-        passed, and autovacuum waits for a fifth of a table to be dead (or is off): a table
-        whose purged rows since its last vacuum here reach ``_DEAD_MIN`` and a twentieth of its
-        rows is vacuumed now, on a connection of its own (VACUUM cannot run in a transaction),
-        beside the writer.  SQLite gives pages back in the purge's own units (``compact``)."""
+        ``purged`` rows by table.  PostgreSQL reuses a deleted or updated row's space only once
+        a VACUUM has passed, and autovacuum waits for a fifth of a table to be dead (or is off,
+        or behind): every table the purge or the nonces' expiry deletes from (``RECLAIMED``)
+        whose dead rows reach ``_DEAD_MIN`` and a twentieth of its live rows is vacuumed now,
+        at most once every ``_VACUUM_SPACING_SECONDS``, on a connection of its own (VACUUM
+        cannot run in a transaction), beside the writer.  Not FULL: the space is reused, the
+        table is not rewritten, and nothing is locked against the writer.  SQLite gives pages
+        back in the purge's own units (``compact``)."""
         self._guard()
         if self.dialect != "postgresql":
             return []
@@ -233,24 +252,35 @@ class SqlStore:
                 self._dead[table] = self._dead.get(table, 0) + n
         return await anyio.to_thread.run_sync(self._vacuum)
 
+    def _due(self, found: Iterable[Any]) -> list[str]:
+        """The tables of ``found`` (name, live rows, dead rows) to vacuum now."""
+        now = time.monotonic()
+        due = []
+        for name, live, dead_seen in found:
+            table = str(name)
+            dead = max(int(dead_seen), self._dead.get(table, 0))
+            if dead < _DEAD_MIN or dead * _DEAD_SHARE < int(live):
+                continue
+            last = self._vacuumed_at.get(table)
+            if last is None or now - last >= _VACUUM_SPACING_SECONDS:
+                due.append(table)
+        return due
+
     def _vacuum(self) -> list[str]:
         done: list[str] = []
-        candidates = [t for t, n in self._dead.items() if n >= _DEAD_MIN]
-        if not candidates:
-            return done
-        with self.inflight.hold(), self.readers.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            found = conn.execute(_estimated_rows, {"tables": candidates}).all()
-            sizes: dict[str, int] = {str(name): int(rows) for name, rows in found}
-            for table in candidates:
-                if self._dead[table] * 20 < sizes.get(table, 0):
-                    continue
-                conn.exec_driver_sql(f'VACUUM (ANALYZE) "{table}"')
-                self._dead[table] = 0
-                done.append(table)
+        try:
+            with self.inflight.hold(), self.readers.connect() as conn:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                for table in self._due(conn.execute(_dead_rows, {"tables": list(RECLAIMED)})):
+                    conn.exec_driver_sql(f'VACUUM (ANALYZE) "{table}"')
+                    self._dead[table] = 0
+                    self._vacuumed_at[table] = time.monotonic()
+                    done.append(table)
+        except DBAPIError as exc:
+            raise store_unavailable(exc) from exc
         if done:
-            log.info("vacuumed %s after the purge", ", ".join(done))
-        return done
+            log.info("vacuumed %s after the purge", ", ".join(sorted(done)))
+        return sorted(done)
 
 
 def _log_sync(url: str, flush: Flush) -> LogSync | None:
