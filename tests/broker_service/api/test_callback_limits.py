@@ -21,7 +21,7 @@ from broker_service.domain.transactions.callbacks import (
 )
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
-from tests.support import BrokerProcess, check_endpoint, free_port, wait_until
+from tests.support import BrokerApp, BrokerProcess, check_endpoint, free_port, wait_until
 
 OWN = OwnAddresses("127.0.0.1")
 STORE = "postgresql+psycopg://postgres:pw@127.0.0.1:5432/test"
@@ -106,6 +106,33 @@ def test_a_callback_port_rule_holds_whatever_host_the_operator_allows() -> None:
     anywhere.check("http://192.0.2.1:9876/check", "127.0.0.1", limits)
     with pytest.raises(InvalidRequest):
         anywhere.check("http://127.0.0.1:99999/check", "127.0.0.1", limits)
+
+
+async def test_a_bad_callback_ports_entry_is_a_clear_error_not_a_500(sqlite_url: str) -> None:
+    """Refused as the settings load once they check the entry themselves; until then, 503
+    ``CALLBACK_PORTS_INVALID`` naming it to each heartbeat that names a callback."""
+    migrate.upgrade(sqlite_url)
+    refusal = ""
+    try:
+        BrokerSettings(database_url=sqlite_url, callback_ports=["8000-8999", "70000"])
+    except ValueError as exc:  # (pydantic's ValidationError is one)
+        refusal = str(exc)
+    if refusal:
+        assert "'70000'" in refusal
+        return
+    async with BrokerApp.start(database_url=sqlite_url, callback_ports=["70000"]) as broker:
+        answer = await broker.client.post(
+            "/v1/producer-groups/bob-bank/heartbeat",
+            json={"client_id": "bob-1", "callback_url": "http://127.0.0.1:8080/check"},
+        )
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "CALLBACK_PORTS_INVALID"
+        assert "'70000'" in error["message"]
+        pulling = await broker.client.post(  # a pull-mode instance names no callback: unaffected
+            "/v1/producer-groups/bob-bank/heartbeat", json={"client_id": "bob-2"}
+        )
+        assert pulling.status_code == 200, pulling.text
 
 
 # -- a real broker on PostgreSQL -------------------------------------------------------------------
