@@ -55,6 +55,11 @@ def draft_of(message: pb.Message) -> MessageDraft:
     if system.HasField("trace_context") and system.trace_context:
         properties.setdefault(TRACEPARENT, system.trace_context)
     message_type = system.message_type
+    if message_type in (MessageType.LITE, MessageType.PRIORITY):
+        raise InvalidRequest(
+            f"{MessageType.Name(message_type)} messages are not supported by halfmq",
+            code="MESSAGE_TYPE_UNSUPPORTED",
+        )
     group = system.message_group if system.HasField("message_group") else None
     if message_type == MessageType.FIFO and not group:
         raise InvalidRequest("a FIFO message needs a message_group", code="MESSAGE_GROUP")
