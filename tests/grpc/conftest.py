@@ -13,7 +13,7 @@ from tests.grpc.clients import FAST_CHECKS, GrpcBroker
 @pytest.fixture
 def grpc_broker(migrated_url: str, tmp_path: Path) -> Iterator[GrpcBroker]:
     broker = GrpcBroker(migrated_url, tmp_path / "broker.log", *FAST_CHECKS)
-    broker.start()
+    broker.start(timeout=90)  # a loaded machine starts Python slowly
     try:
         yield broker
     finally:

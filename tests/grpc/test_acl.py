@@ -35,7 +35,7 @@ def start(url: str, tmp_path: Path, *extra: str) -> GrpcBroker:
         "--acl-file", str(acl), *extra,
         env={"HALFMQ_GRPC_PRODUCER_GROUPS": "transfers=bob-bank"},
     )  # fmt: skip
-    broker.start()
+    broker.start(timeout=90)  # a loaded machine starts Python slowly
     broker.topic("transfers", auth=HalfmqAuth(OPERATOR))
     return broker
 

@@ -100,7 +100,7 @@ def test_unknown_until_check_max_then_discarded(migrated_url: str, tmp_path: Pat
     broker = GrpcBroker(
         migrated_url, tmp_path / "broker.log", *FAST_CHECKS, "--transaction-check-max", "3"
     )
-    broker.start()
+    broker.start(timeout=90)
     try:
         broker.topic("orders")
         with running_client(
