@@ -47,6 +47,12 @@ class TransferIn(BaseModel):
     from_account: str = Field(alias="from", min_length=1, max_length=64)
     to_account: str = Field(alias="to", min_length=1, max_length=64)
     amount: int = Field(gt=0, description="Cents")
+    transfer_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="The caller's id for the transfer (the demo's runner names each one, so it "
+        "can follow those whose answer never came); none: Bob makes one",
+    )
 
 
 class TransferAccepted(BaseModel):
@@ -69,6 +75,14 @@ class TransferOrder:
 
 def new_transfer_id() -> str:
     return f"t-{time.time_ns() // 1_000_000:x}-{secrets.token_hex(6)}"
+
+
+def _known(sessions: sessionmaker[Session], transfer_id: str) -> bool:
+    with sessions() as session:
+        found = session.execute(
+            select(transfers.c.transfer_id).where(transfers.c.transfer_id == transfer_id)
+        ).first()
+    return found is not None
 
 
 def transfer_body(order: TransferOrder) -> str:
@@ -136,6 +150,7 @@ def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None 
     faults = CommitFaults(settings.faults, dropping)
     faults.install(sessions)
     producer = build_producer(settings, sessions, faults, dropping)
+    dropping.credentials = producer.credentials  # a shared request it rewrites is signed again
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -152,8 +167,10 @@ def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None 
         body: TransferIn,
         x_demo_fault: Annotated[str | None, Header(alias=FAULT_HEADER)] = None,
     ) -> Any:
+        if body.transfer_id is not None and _known(sessions, body.transfer_id):
+            return error(409, "TRANSFER_EXISTS", f"transfer {body.transfer_id} exists")
         order = TransferOrder(
-            new_transfer_id(),
+            body.transfer_id or new_transfer_id(),
             body.from_account,
             body.to_account,
             body.amount,

@@ -11,10 +11,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from demo_bank import outcomes
 from demo_bank.proof import BankView
 from demo_bank.reconcile import ReconcileOutcome
 from demo_bank.runner import DemoResult
-from demo_bank.traffic import COMMITTED, IN_DOUBT, ROLLED_BACK
+from demo_bank.traffic import CRASH_INDEX, IN_DOUBT
 
 # How the nightly job names a dead letter that was resent and then acked (spark_reconcile's
 # ``DEAD_LETTER_RESOLVED``, severity info): the demo reads it from the job's summary.json.
@@ -99,12 +100,6 @@ def _transfers(result: DemoResult, console: Console) -> None:
     if result.bob is not None and result.smith is not None:
         table.add_row("debits in Bob's ledger", f"{result.bob.rows:,}", "Bob's database")
         table.add_row("credits in Smith's ledger", f"{result.smith.rows:,}", "Smith's database")
-    if plan.faults:
-        injected = (
-            f"{plan.count('overdraw')} overdraws, {plan.count('drop-commit')} dropped commits, "
-            f"{plan.count('poison')} poison transfer"
-        )
-        table.add_row("faults planned", injected, "runner")
     console.print(table)
     if crash:
         console.print(
@@ -112,6 +107,7 @@ def _transfers(result: DemoResult, console: Console) -> None:
             "X-Demo-Fault: crash-after-commit; Bob SIGKILLs himself right after its local commit, "
             "and the broker's check-back must commit it"
         )
+    _endings(result, console)
     if outcomes.get(IN_DOUBT):
         console.print(f"  · {_in_doubt(result)}")
     for event in result.events:
@@ -136,13 +132,13 @@ def _outsider(result: DemoResult, console: Console) -> None:
     table = Table(
         title="The outsider",
         caption=f"{{tx}} = Bob's transaction {target.transaction_id} "
-        f"(transfer {target.transfer_id}, {target.state} when attacked)",
+        f"(transfer {target.transfer_id}, {target.state} when attacked); each answer is the one "
+        "docs/acl.md gives, unless it says what was expected",
     )
     table.add_column("")
-    table.add_column("attempt")
-    table.add_column("request")
-    table.add_column("answer")
-    table.add_column("expected")
+    table.add_column("attempt (request)", ratio=1, overflow="fold")
+    # The code is never cut: its column takes the longest answer whole, the attempt wraps.
+    table.add_column("answer", no_wrap=True)
     for attempt in report.attempts:
         mark = (
             "[green]refused[/green]"
@@ -150,9 +146,11 @@ def _outsider(result: DemoResult, console: Console) -> None:
             else "[bold red]NOT AS EXPECTED[/bold red]"
         )
         answer = f"{attempt.status if attempt.status is not None else '-'} {attempt.code or ''}"
-        what = f"{attempt.what} ({attempt.note})" if attempt.note else attempt.what
         expected = f"{attempt.expected_status} {attempt.expected_code}"
-        table.add_row(mark, what, attempt.request, answer.strip(), expected)
+        if not attempt.as_expected:
+            answer = f"{answer.strip()}\n[dim]expected[/dim] {expected}"
+        what = f"{attempt.what} ({attempt.note})" if attempt.note else attempt.what
+        table.add_row(mark, f"{what}\n[dim]{attempt.request}[/dim]", answer.strip())
     console.print(table)
     console.print(f"  the outsider: {report.summary()}")
 
@@ -219,27 +217,53 @@ def _resolved_dead_letters(result: DemoResult) -> list[str]:
 
 
 def _in_doubt(result: DemoResult) -> str:
-    """What "in doubt" means, and how the broker's store says those transfers ended.
-
-    The split is the broker's decisions less the answers Bob gave (and the crash transfer, whose
-    answer the runner does not count); when the two do not add up, only the meaning is given."""
+    """What "in doubt" means, and how the broker's store says those transfers ended (each one
+    followed by the id the runner gave it)."""
     doubt = result.outcomes.get(IN_DOUBT, 0)
     meaning = (
         f"{doubt:,} in doubt: the connection to Bob broke after the request went out (Bob was "
         "SIGKILLed with them in flight), so no answer came; the runner does not send them again "
         "(that could pay twice) and lets the databases decide"
     )
-    broker = result.broker
-    if broker is None:
+    if result.broker is None:
         return meaning
-    crash = 1 if "kill-bob" in result.plan.events else 0
-    committed = len(broker.with_state("COMMITTED")) - result.outcomes.get(COMMITTED, 0) - crash
-    rolled_back = len(broker.with_state("ROLLED_BACK")) - result.outcomes.get(ROLLED_BACK, 0)
-    untouched = doubt - committed - rolled_back
-    if min(committed, rolled_back, untouched) < 0:
-        return meaning
-    return (
-        f"{meaning}: {committed:,} committed (debited, then credited), {rolled_back:,} rolled "
-        f"back by check-back (open in the killed process: no debit), {untouched:,} never reached "
-        "the broker (nothing happened)"
-    )
+    found = outcomes.in_doubt(outcomes.lines(result.fates, result.broker.states))
+    why = {
+        "committed by Bob": "debited, then credited",
+        "committed by check-back": "debited; the check-back found Bob's log row",
+        "rolled back by check-back": "open in the killed process: no debit",
+        outcomes.NOT_AT_BROKER: "nothing happened",
+    }
+    parts = [f"{n:,} {end} ({why[end]})" if end in why else f"{n:,} {end}" for end, n in found]
+    return f"{meaning}: " + ", ".join(parts) if parts else meaning
+
+
+def _endings(result: DemoResult, console: Console) -> None:
+    """Every transfer by its kind in the plan, Bob's answer and how the broker ended it; then
+    the check-back's commits and rollbacks split by those, and the planned faults' total."""
+    if result.broker is None or not result.fates:
+        return
+    found = outcomes.lines(result.fates, result.broker.states)
+    table = Table(title="How each transfer ended (by the id the runner gave it)")
+    table.add_column("planned")
+    table.add_column("Bob answered")
+    table.add_column("the broker")
+    table.add_column("count", justify="right")
+    for line in found:
+        table.add_row(line.kind, line.answer, line.ending, f"{line.count:,}")
+    console.print(table)
+    for verb in ("committed", "rolled back"):
+        end = f"{verb} {outcomes.BY_CHECK}"
+        parts = outcomes.split(found, end)
+        if parts:
+            total = sum(n for _, n in parts)
+            listed = " + ".join(f"{n:,} {what}" for what, n in parts)
+            console.print(f"  · {end}: {total:,} = {listed}")
+    plan = result.plan
+    if plan.faults:
+        crash = 1 if CRASH_INDEX in result.fates else 0
+        console.print(
+            f"  · faults planned: {plan.count('overdraw')} overdraws, "
+            f"{plan.count('drop-commit')} dropped commits, {plan.count('poison')} poison "
+            f"transfer, {crash} crash transfer -- each one's end is a line of the table above"
+        )

@@ -43,7 +43,7 @@ from demo_bank.reconcile import ReconcileOutcome, run_reconcile, spark_missing
 from demo_bank.schema import CREDIT, DEBIT
 from demo_bank.settings import BOB_GROUP, SMITH_GROUP
 from demo_bank.stores import DEFAULT_PG, Stores, postgresql_stores, sqlite_stores
-from demo_bank.traffic import Traffic
+from demo_bank.traffic import Fate, Traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,7 @@ class DemoResult:
     plan: Plan
     stores: Stores
     outcomes: dict[str, int] = field(default_factory=dict)
+    fates: dict[int, Fate] = field(default_factory=dict)  # each transfer, as the runner saw it
     resent_503: int = 0
     events: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -222,6 +223,7 @@ def _send(
         traffic.send_all(on_progress)  # interrupted: its client is left to the process's exit
         traffic.close()
     result.outcomes = dict(traffic.outcomes)
+    result.fates = dict(traffic.fates)
     result.resent_503 = traffic.resent
 
 

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import httpx
 
@@ -21,6 +22,26 @@ from demo_bank.processes import Service
 
 COMMITTED, ROLLED_BACK, IN_DOUBT, GAVE_UP = "committed", "rolled back", "in doubt", "gave up"
 SEND_DEADLINE = 120.0
+CRASH_INDEX = -1  # the crash transfer's place in ``Traffic.fates``
+
+
+def transfer_id(index: int, attempt: int = 0) -> str:
+    """The id the runner gives a transfer (Bob takes it), so it can follow each one in the
+    databases, answered or not; a transfer sent again after a 503 gets a new one, since the
+    broker may hold a half of the first try that the check-back then rolls back."""
+    base = "t-crash" if index == CRASH_INDEX else f"t-{index:05d}"
+    return base if attempt == 0 else f"{base}.{attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class Fate:
+    """What the runner knows of one transfer: its kind (the plan's), the id of each try that
+    reached Bob (the last is the one answered), and Bob's answer to the last."""
+
+    kind: str
+    ids: tuple[str, ...]
+    outcome: str  # committed | rolled back | in doubt | gave up
+    pending: bool = False  # committed locally, the broker's commit left to the check-back
 
 
 class Traffic:
@@ -38,6 +59,7 @@ class Traffic:
         self.say = say
         self.advance = advance
         self.outcomes: Counter[str] = Counter()
+        self.fates: dict[int, Fate] = {}  # plan index (the crash transfer: CRASH_INDEX) -> fate
         self.resent = 0
         self.bob_up = threading.Event()
         self.bob_up.set()
@@ -83,12 +105,22 @@ class Traffic:
         self._record(self.send_one(spec))
 
     def send_one(self, spec: TransferSpec) -> str:
-        body = {"from": spec.from_account, "to": spec.to_account, "amount": spec.amount}
+        outcome, ids, pending = self._send_until_answered(spec)
+        with self._lock:
+            self.fates[spec.index] = Fate(spec.kind, tuple(ids), outcome, pending)
+        return outcome
+
+    def _send_until_answered(self, spec: TransferSpec) -> tuple[str, list[str], bool]:
+        """Bob's answer, the ids of the tries that reached him, whether the commit is pending."""
         headers = {FAULT_HEADER: spec.fault} if spec.fault else {}
         deadline = time.monotonic() + SEND_DEADLINE
+        ids: list[str] = []
         while time.monotonic() < deadline and not self.stopping.is_set():
             if not self.bob_up.wait(0.2):
                 continue
+            sent_as = transfer_id(spec.index, len(ids))
+            body = {"from": spec.from_account, "to": spec.to_account, "amount": spec.amount,
+                    "transfer_id": sent_as}  # fmt: skip
             try:
                 response = self._client.post(
                     f"{self.bob.url}/transfers", json=body, headers=headers
@@ -96,19 +128,22 @@ class Traffic:
             except httpx.ConnectError:  # not sent: Bob is down, send it again when he is back
                 time.sleep(0.1)
                 continue
-            except httpx.TransportError:
-                return IN_DOUBT
-            if response.status_code == 503:  # the broker is down: no half, no debit
+            except httpx.TransportError:  # sent, and no answer came
+                return IN_DOUBT, [*ids, sent_as], False
+            ids.append(sent_as)
+            if response.status_code == 503:
+                # The broker is down: no debit (the half, if one was stored, is rolled back).
                 with self._lock:
                     self.resent += 1
                 time.sleep(0.2)
                 continue
             if response.status_code == 201:
-                return COMMITTED
+                pending = response.json().get("state") != "COMMITTED"
+                return COMMITTED, ids, pending
             if response.status_code == 422:
-                return ROLLED_BACK
-            return IN_DOUBT
-        return GAVE_UP
+                return ROLLED_BACK, ids, False
+            return IN_DOUBT, ids, False
+        return GAVE_UP, ids, False
 
     # -- the process faults ------------------------------------------------------------------------
 
