@@ -48,6 +48,15 @@ def due(ms: int | None, now_ms: int | None = None) -> str:
     return "due now" if late == 0 else f"overdue by {_span(late)}"
 
 
+def duration(seconds: int) -> str:
+    """A round span in the largest unit that divides it: 1 day, 2 days, 1 h, 10 min, 45 s."""
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds and seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}" + ("s" if unit == "day" and n > 1 else "")
+    return f"{seconds} s"
+
+
 def _span(seconds: int) -> str:
     for unit, size, smaller, small_size in (
         ("d", 86400, "h", 3600),
@@ -105,6 +114,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "rfc3339": rfc3339,
     "age": age,
     "due": due,
+    "duration": duration,
     "size": size,
     "known": known,
 }

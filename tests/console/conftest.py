@@ -54,14 +54,14 @@ def _signed(broker: BrokerProcess, who: Credentials) -> httpx.Client:
 
 def _reports(directory: Path) -> None:
     """Two days of the reconciliation job's reports, in its own layout (summary.json and
-    report.html per ``date=`` directory)."""
+    report.html per ``date=`` directory), with kinds and severities of the job's registry."""
     for day, critical, warning in (("2026-11-23", 0, 2), ("2026-11-24", 1, 3)):
         folder = directory / f"date={day}"
         folder.mkdir(parents=True)
         summary = {"date": day, "status": "critical" if critical else "warnings",
                    "exit_code": 2 if critical else 1, "critical": critical, "warning": warning,
-                   "counts": {"stuck_half": {"severity": "critical", "count": critical},
-                              "late_credit": {"severity": "warning", "count": warning}}}  # fmt: skip
+                   "counts": {"double_credit": {"severity": "critical", "count": critical},
+                              "stuck_half": {"severity": "warning", "count": warning}}}  # fmt: skip
         (folder / "summary.json").write_text(json.dumps(summary))
         (folder / "report.html").write_text(f"<html><body><h1>Report {day}</h1></body></html>")
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from broker_service.console import views
+from broker_service.console.routes.overview import AGES_MS
 from tests.console.conftest import _reports
 from tests.support import BrokerApp
 
@@ -141,7 +142,7 @@ def _clean_day(directory: Path) -> None:
     folder = directory / "date=2026-11-25"
     folder.mkdir(parents=True)
     summary = {"date": "2026-11-25", "status": "clean", "exit_code": 0, "critical": 0,
-               "warning": 0, "counts": {"stuck_half": {"severity": "critical", "count": 0}}}  # fmt: skip
+               "warning": 0, "counts": {"stuck_half": {"severity": "warning", "count": 0}}}  # fmt: skip
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -195,3 +196,25 @@ async def test_a_report_is_framed_with_scripts_but_not_the_consoles_origin(
         assert "script-src 'unsafe-inline'" in csp
         assert "frame-ancestors 'self'" in csp
         assert (await broker.client.get("/console/reconciliation/nope?raw=1")).status_code == 404
+
+
+async def test_the_overviews_age_rows_are_the_ones_docs_console_md_names(
+    migrated_url: str,
+) -> None:
+    """Each row counts the PREPARED halves at least that old, labelled as the docs say."""
+    docs = (Path(__file__).parents[2] / "docs" / "console.md").read_text()
+    overview = " ".join(docs[docs.index("**Overview**") :].split("**Topics**")[0].split())
+    labels = ["any age"] + [
+        f"{views.duration(ms // 1000)} or older" for ms in AGES_MS if ms
+    ]  # from the code
+    assert labels == ["any age", "1 min or older", "10 min or older", "1 h or older",
+                      "1 day or older"]  # fmt: skip
+    for label in labels:
+        assert f"*{label}*" in overview, label
+    async with BrokerApp.start(database_url=migrated_url, scheduler=False) as broker:
+        await broker.topic("transfers", 2)
+        await _half(broker, "debit 1", ["k1"])
+        page = (await broker.client.get("/console")).text
+        rows = re.findall(r"<tr><td>([^<]+)</td>\s*<td class=\"num\"><a [^>]*>(\d+)</a>", page)
+        assert rows == [("any age", "1"), ("1 min or older", "0"), ("10 min or older", "0"),
+                        ("1 h or older", "0"), ("1 day or older", "0")]  # fmt: skip

@@ -212,7 +212,7 @@ def test_reports_are_read_newest_first_and_only_by_plain_names(tmp_path: Path) -
     reports = read_reports(tmp_path)
     assert [r.date for r in reports] == ["2026-11-24", "2026-11-23", "2026-11-22"]
     assert (reports[0].critical, reports[0].warning) == (1, 3)
-    assert reports[0].counts == {"stuck_half": 1, "late_credit": 3}
+    assert reports[0].counts == {"double_credit": 1, "stuck_half": 3}
     assert (reports[2].status, reports[2].critical) == ("unknown", None)
     assert report_html(tmp_path, "date=2026-11-24") is not None
     for bad in ("..", "../x", "date=2026-11-24/../../etc", ""):
