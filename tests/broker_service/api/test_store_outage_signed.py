@@ -4,8 +4,9 @@ A real broker process, ACL on, talks to the machine's PostgreSQL through a TCP r
 (:mod:`tests.outage_proxy`); cutting the relay is the outage.  Every signed GET of the route
 table answers a clean 503 ``STORE_UNAVAILABLE`` envelope while the store is down -- no 500, no
 connection reset, whether the route reads the store or not: its nonce cannot be remembered, so
-the request is refused before its response starts -- and the same requests answer as before once
-the store is back."""
+the request is refused before its response starts -- and so do signed writes, each error with a
+reference (item 4); the same requests answer as before once the store is back, and the writes
+refused during the outage then take effect (none did before)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ def test_every_signed_get_answers_503_during_an_outage_and_works_again_after(
 ) -> None:
     _, proxy = relay
     with _client(acl_broker) as client:
-        paths = signed_gets(_seed(client))
+        params = _seed(client)
+        paths = signed_gets(params)
         assert len(paths) >= 20
         before = {path: client.get(path).status_code for path in paths}
         assert all(status < 400 for status in before.values()), {
@@ -107,16 +109,10 @@ def test_every_signed_get_answers_503_during_an_outage_and_works_again_after(
         }
 
         proxy.cut()
-        answers: dict[str, tuple[int, str]] = {}
-        for path in paths:
-            try:
-                response = client.get(path)
-            except httpx.TransportError as exc:  # a reset connection: what this test forbids
-                answers[path] = (0, f"{type(exc).__name__}: {exc}")
-                continue
-            code = response.json().get("error", {}).get("code") if _is_json(response) else None
-            answers[path] = (response.status_code, str(code))
-        wrong = {p: a for p, a in answers.items() if a != (503, "STORE_UNAVAILABLE")}
+        requests = [("GET", path, None) for path in paths] + _writes(params)
+        answers = {f"{method} {path}": _answer(client, method, path, body)
+                   for method, path, body in requests}  # fmt: skip
+        wrong = {p: a for p, a in answers.items() if a != (503, "STORE_UNAVAILABLE", True)}
         assert not wrong, "\n".join(f"{path}: {answer}" for path, answer in wrong.items())
 
         proxy.restore()
@@ -124,9 +120,38 @@ def test_every_signed_get_answers_503_during_an_outage_and_works_again_after(
         wait_until(lambda: client.get(probe).status_code == before[probe], 60, "the store back")
         after = {path: client.get(path).status_code for path in paths}
         assert after == before
+        for method, path, body in _writes(params):  # refused whole: none took effect
+            response = client.request(method, path, json=body)
+            assert response.status_code in (200, 201), (path, response.text)
     log = acl_broker.log_path.read_text()
     assert "response already started" not in log
     assert "Traceback" not in log
+
+
+def _writes(params: dict[str, str]) -> list[tuple[str, str, dict[str, object]]]:
+    """Signed writes: a send, a half, a commit, a batch of halves, a heartbeat."""
+    half = {"topic": "transfers", "producer_group": "bob-bank", "body": "300"}
+    return [
+        ("POST", "/v1/topics/transfers/messages", {"body": "400"}),
+        ("POST", "/v1/transactions", half),
+        ("POST", f"/v1/transactions/{params['transaction_id']}/commit",
+         {"producer_group": "bob-bank"}),
+        ("POST", "/v1/transactions:batch", {"halves": [half]}),
+        ("POST", "/v1/producer-groups/bob-bank/heartbeat", {"client_id": "bob-1"}),
+    ]  # fmt: skip
+
+
+def _answer(client: httpx.Client, method: str, path: str, body: object) -> tuple[int, str, bool]:
+    """(status, error code, whether the error names a reference); status 0: the connection was
+    reset -- what this test forbids."""
+    try:
+        response = client.request(method, path, json=body)
+    except httpx.TransportError as exc:
+        return 0, f"{type(exc).__name__}: {exc}", False
+    if not _is_json(response):
+        return response.status_code, response.text[:80], False
+    error = response.json().get("error", {})
+    return response.status_code, str(error.get("code")), "reference" in error.get("detail", {})
 
 
 def _is_json(response: httpx.Response) -> bool:
