@@ -9,7 +9,9 @@ at most once per nonce, on every broker that shares the database, and replay pro
 insert inside a commit the request waits for anyway -- not a durable commit of its own.
 
 A request that writes nothing (a read, a refusal before any write) has its nonce remembered by the
-gate on its own just before the response starts; a replayed one then gets 401 instead.
+gate on its own just before the response starts; a replayed one then gets 401 instead, and one
+whose nonce the store cannot remember (an outage) 503 ``STORE_UNAVAILABLE``: no response goes out
+whose nonce is not stored.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ then the request goes on, its body replayed, with ``request.state.access_key`` s
 bound (:mod:`broker_service.acl.nonces`): the request's first store write remembers the nonce in
 the same transaction, and is refused 401 ``NONCE_REPLAYED`` if any broker of the database saw it.
 A request that wrote nothing has its nonce remembered here just before its response starts, and
-a replayed one gets the 401 instead of that response.  Without the ACL the gate passes everything
+a replayed one gets the 401 instead of that response -- or 503 ``STORE_UNAVAILABLE`` when the store
+cannot remember it (an outage): never a response whose nonce is not stored.  Without the ACL the gate passes everything
 (the embedded default stays zero-config).
 
 On ``/console`` paths, and only there, the gate takes the console's signed session cookie instead

@@ -5,8 +5,8 @@ A real broker process, ACL on, talks to the machine's PostgreSQL through a TCP r
 table answers a clean 503 ``STORE_UNAVAILABLE`` envelope while the store is down -- no 500, no
 connection reset, whether the route reads the store or not: its nonce cannot be remembered, so
 the request is refused before its response starts -- and so do signed writes, each error with a
-reference (item 4); the same requests answer as before once the store is back, and the writes
-refused during the outage then take effect (none did before)."""
+reference (item 4); the same requests answer as before once the store is back, the writes
+included."""
 
 from __future__ import annotations
 
