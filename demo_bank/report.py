@@ -232,6 +232,7 @@ def _in_doubt(result: DemoResult) -> str:
         "committed by Bob": "debited, then credited",
         "committed by check-back": "debited; the check-back found Bob's log row",
         "rolled back by check-back": "open in the killed process: no debit",
+        "rolled back by Bob": "refused, no debit; Bob's answer was lost",
         outcomes.NOT_AT_BROKER: "nothing happened",
     }
     parts = [f"{n:,} {end} ({why[end]})" if end in why else f"{n:,} {end}" for end, n in found]
