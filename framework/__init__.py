@@ -47,6 +47,7 @@ from framework.errors import (
     InvalidRequestError,
     MessageTooLargeError,
     NotFoundError,
+    OneWayInTransactionError,
     PermissionDeniedError,
     SignatureRejected,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "Message",
     "MessageTooLargeError",
     "NotFoundError",
+    "OneWayInTransactionError",
     "PermissionDeniedError",
     "PushConsumer",
     "Registered",

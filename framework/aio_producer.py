@@ -22,6 +22,7 @@ from framework.client_trace import TaskReporter
 from framework.errors import HalfMQError
 from framework.member import ONCE, AsyncFace
 from framework.message import LocalTransactionState, Message, SendResult, TransactionSendResult
+from framework.oneway import TaskOneWay
 from framework.producer_base import ProducerBase
 from framework.transport import AsyncBrokerClient, Verify
 
@@ -34,6 +35,7 @@ class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace
     def _connect(self, transport: httpx.AsyncBaseTransport | None, verify: Verify) -> None:
         self.client = self._client(AsyncBrokerClient, transport, verify)
         self.reporter = TaskReporter(self.client_trace, self.client)
+        self.oneway_sender = TaskOneWay(self.client, self.oneway_flow, self.oneway)
         self._tasks: list[asyncio.Task[None]] = []
         self._checking: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
@@ -52,6 +54,7 @@ class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace
         self.started = True
 
     async def shutdown(self) -> None:
+        await self.oneway_sender.close(self.client.close_wait)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -84,6 +87,11 @@ class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         return await self.client.run(self.send_batch_flow(messages))
+
+    async def send_oneway(self, message: Message) -> None:
+        """As :meth:`TransactionProducer.send_oneway`: the send runs in a task of its own; this
+        returns without waiting for it."""
+        self.oneway_sender.submit(self.oneway_message(message))
 
     async def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         await self.client.call(protocol.create_topic(name, queues, order))

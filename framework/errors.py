@@ -4,6 +4,7 @@
 
     HalfMQError                      root: catch this to catch everything below
     ├── ConfigurationError           the framework was set up wrongly (no handler, not started, ...)
+    │   └── OneWayInTransactionError send_oneway from inside a local transaction
     ├── BrokerUnavailableError       no broker answered after every retry and failover
     ├── BrokerError                  a broker answered with an error envelope (status, code, detail)
     │   ├── InvalidRequestError      400 / 422
@@ -50,6 +51,11 @@ class HalfMQError(Exception):
 
 class ConfigurationError(HalfMQError):
     """The framework was used in a way it cannot serve (a missing handler, not started...)."""
+
+
+class OneWayInTransactionError(ConfigurationError):
+    """``send_oneway`` was called from inside a local transaction: a one-way send may be lost,
+    and a transaction's messages must not be (``transaction_id`` names the transaction)."""
 
 
 class BrokerUnavailableError(HalfMQError):

@@ -20,6 +20,7 @@ from framework.client_trace import ThreadReporter
 from framework.errors import HalfMQError
 from framework.member import ONCE, SyncFace
 from framework.message import LocalTransactionState, Message, SendResult, TransactionSendResult
+from framework.oneway import ThreadOneWay
 from framework.producer_base import ProducerBase
 from framework.transport import BrokerClient, Verify
 
@@ -46,6 +47,7 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
     def _connect(self, transport: httpx.BaseTransport | None, verify: Verify) -> None:
         self.client = self._client(BrokerClient, transport, verify)
         self.reporter = ThreadReporter(self.client_trace, self.client)
+        self.oneway_sender = ThreadOneWay(self.client, self.oneway_flow, self.oneway, self.group)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
@@ -69,9 +71,11 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
         self.started = True
 
     def shutdown(self) -> None:
-        """Stop the background work, report the client trace, then close the client.  A pull
-        of checks in flight is not waited for (see :meth:`_pull_loop`)."""
+        """Stop the background work, finish the one-way sends (at most one request's time-outs:
+        the rest are dropped), report the client trace, then close the client.  A pull of checks
+        in flight is not waited for (see :meth:`_pull_loop`)."""
         self._stop.set()
+        self.oneway_sender.close(self.client.close_wait)
         for thread in self._threads:
             if thread.name != self._pull_thread_name:
                 thread.join(self.timeout.read + 5)  # a heartbeat in flight: one short call
@@ -107,6 +111,13 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Messages of one topic, stored all or none, in order."""
         return self.client.run(self.send_batch_flow(messages))
+
+    def send_oneway(self, message: Message) -> None:
+        """Send without waiting for the broker (RocketMQ's sendOneway): returns at once and
+        never raises for the broker's refusal or absence -- the one send whose loss is accepted.
+        What became of it is counted in ``producer.oneway``.  Raises
+        :class:`~framework.errors.OneWayInTransactionError` inside a local transaction."""
+        self.oneway_sender.submit(self.oneway_message(message))
 
     def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         self.client.call(protocol.create_topic(name, queues, order))

@@ -2,6 +2,8 @@
 and its decision flows (:mod:`framework.flow`), written once for both faces:
 
 * :meth:`ProducerBase.send_flow` and :meth:`ProducerBase.send_batch_flow`: a plain send;
+* :meth:`ProducerBase.oneway_flow`: a one-way send, in the background, that never raises
+  (:mod:`framework.oneway`);
 * :meth:`ProducerBase.send_in_transaction_flow`: store the half, run the local transaction, then
   commit, roll back or (UNKNOW) leave it to the check-back;
 * :meth:`ProducerBase.check_flow`: the answer to a check -- the checker's, or the
@@ -22,7 +24,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
-from framework import otel, protocol, txlog
+from framework import oneway, otel, protocol, txlog
 from framework.batching import Linger
 from framework.client_trace import Timing
 from framework.config import CheckMode, Retry, Timeout
@@ -106,6 +108,7 @@ class ProducerBase(GroupMember[TransportT]):
         self.callback_url = self.check_mode.callback_url
         self.executors = Handlers("local transaction")
         self.checkers = Handlers("check")
+        self.oneway = oneway.OneWayCounts()  # what became of the one-way sends
         self._connect(transport, verify)
 
     # -- decorators ------------------------------------------------------------------------------
@@ -204,6 +207,26 @@ class ProducerBase(GroupMember[TransportT]):
             stamped = [otel.stamped(m) for m in messages]
             return (yield from self._sent_flow(stamped, protocol.send_batch(topic, stamped)))
 
+    def oneway_message(self, message: Message) -> Message:
+        """What ``send_oneway`` hands to the background: refused inside a local transaction,
+        stamped with the caller's trace context (the background has none)."""
+        oneway.refuse_in_local_transaction(message)
+        return otel.stamped(message)
+
+    def oneway_flow(self, message: Message) -> Flow[None]:
+        """A one-way send as the background runs it: a plain send whose end is counted (and is
+        its PUB record), never raised."""
+        timing = Timing.now()
+        try:
+            yield from call(protocol.send(message))
+        except HalfMQError as exc:
+            log.debug("one-way send of %s to %s failed: %s", message.msg_id, message.topic, exc)
+            self.client_trace.published([message], timing, exc)
+            self.oneway.ended(exc)
+            return
+        self.client_trace.published([message], timing)
+        self.oneway.ended(None)
+
     def _sent_flow(self, messages: Sequence[Message], request: protocol.Call[R]) -> Flow[R]:
         """``request`` sends ``messages``: its round trip is each one's PUB record."""
         timing = Timing.now()
@@ -252,10 +275,10 @@ class ProducerBase(GroupMember[TransportT]):
         automatic mode, the log decides (:func:`framework.txlog.run_local`)."""
         if executor.role == TRANSACTIONAL:
             step = txlog.local_step(executor.options, executor.fn, message, arg, self.group)
-            outcome: Outcome = yield step
+            outcome: Outcome = yield oneway.in_local_transaction(step, message)
             return outcome
         try:
-            value = yield Invoke(executor.fn, (message, arg))
+            value = yield oneway.in_local_transaction(Invoke(executor.fn, (message, arg)), message)
         except Exception as exc:
             log.warning("local transaction of %s raised: UNKNOW", message.transaction_id)
             return State.UNKNOW, exc
