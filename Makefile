@@ -60,7 +60,15 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint $(JARS) $(CHROMIUM)
+# The gRPC tests drive RocketMQ's unmodified Node.js client too: npm installs it (Node 18+) as the
+# lock file pins it, into tests/grpc/node/node_modules.
+NODE_CLIENT := tests/grpc/node
+$(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package-lock.json
+	@echo "== make test: installing the RocketMQ Node.js client (npm ci) for the gRPC tests"
+	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
+	touch $@
+
+test: lint $(JARS) $(CHROMIUM) $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest
 
 bench: setup

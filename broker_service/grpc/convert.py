@@ -3,6 +3,7 @@ delivered or checked message to a ``Message``, times to ``Timestamp`` / ``Durati
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Mapping
 
@@ -105,9 +106,11 @@ def message_type_of(sharding_key: str | None, deliver_at: int | None, transactio
 
 
 def body_digest(body: bytes) -> pb.Digest:
-    """CRC32 as the clients compute it (eight upper-case hex digits): without a digest a client
-    logs an error for each message, with a wrong one a push consumer discards it."""
-    return pb.Digest(type=pb.DigestType.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}")
+    """MD5, upper-case hex, as every client computes it: without a digest a client logs an error
+    for each message, with a wrong one a push consumer discards it.  Not CRC32: the Python client
+    spells it as eight hex digits, the Node.js client in decimal, so one of them would call every
+    message corrupted."""
+    return pb.Digest(type=pb.DigestType.MD5, checksum=hashlib.md5(body).hexdigest().upper())
 
 
 def message(

@@ -19,6 +19,8 @@ import httpx
 from tests.support import BrokerProcess, free_port, wait_until
 
 CLIENT = Path(__file__).with_name("rmq_client.py")
+# The Node.js client's script; its node_modules come from `npm ci` in this folder (make test).
+NODE_CLIENT = Path(__file__).with_name("node") / "rmq_client.js"
 # Check-back within seconds: a half is first checked 2 s after it was sent, rounds every second.
 FAST_CHECKS = (
     "--transaction-timeout-seconds", "2",
@@ -67,11 +69,16 @@ class RmqClient:
         scenario: str,
         *args: str,
         env: dict[str, str] | None = None,
+        node: bool = False,
     ) -> None:
+        """``node``: the Node.js client instead of the Python one."""
         home.mkdir(parents=True, exist_ok=True)
         self.home = home
+        program = ["node", str(NODE_CLIENT)] if node else [sys.executable, str(CLIENT)]
+        if node and not (NODE_CLIENT.parent / "node_modules").is_dir():
+            raise RuntimeError(f"run `npm ci` in {NODE_CLIENT.parent} (make test does)")
         self.process = subprocess.Popen(
-            [sys.executable, str(CLIENT), endpoint, scenario, *args],
+            [*program, endpoint, scenario, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "HOME": str(home), **(env or {})},
@@ -110,10 +117,15 @@ class RmqClient:
 
 
 def run_client(
-    home: Path, endpoint: str, scenario: str, *args: str, env: dict[str, str] | None = None
+    home: Path,
+    endpoint: str,
+    scenario: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    node: bool = False,
 ) -> list[dict[str, Any]]:
     """Run one scenario to its end; its events."""
-    client = RmqClient(home, endpoint, scenario, *args, env=env)
+    client = RmqClient(home, endpoint, scenario, *args, env=env, node=node)
     try:
         return client.finish()
     finally:
@@ -121,8 +133,10 @@ def run_client(
 
 
 @contextmanager
-def running_client(home: Path, endpoint: str, scenario: str, *args: str) -> Iterator[RmqClient]:
-    client = RmqClient(home, endpoint, scenario, *args)
+def running_client(
+    home: Path, endpoint: str, scenario: str, *args: str, node: bool = False
+) -> Iterator[RmqClient]:
+    client = RmqClient(home, endpoint, scenario, *args, node=node)
     try:
         yield client
     finally:
