@@ -352,3 +352,17 @@ def test_the_navigation_fits_1366_pixels(scene: Scene, browser: Any) -> None:
             assert abs(boxes[0]["y"] - boxes[2]["y"]) < 12, (path, boxes)
     finally:
         context.close()
+
+
+def test_pages_ask_for_their_icon_not_favicon_ico(scene: Scene, page: Any) -> None:
+    """Each page links /console/static/favicon.svg (public): the browser asks for that, never
+    for /favicon.ico -- which, outside /console, the ACL gate answers 401 and logs a refusal of."""
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    sign_in(page, scene, OPERATOR.access_key, OPERATOR.secret_key)
+    for path in ("/console/topics", "/console/transactions", "/console/audit"):
+        page.goto(scene.broker.url + path)
+    page.wait_for_timeout(500)  # the icon is fetched after the page loads
+    assert not [url for url in asked if url.endswith("/favicon.ico")]
+    assert f"{scene.broker.url}/console/static/favicon.svg" in asked
+    assert "GET /favicon.ico" not in scene.broker.log_path.read_text()
