@@ -1,6 +1,7 @@
 """How a consumed message is settled, as values without I/O: the ack modes, the batch-ack policy
-and buffer, the inbox's dedup keys, a subscription's options, and the rule that turns a handler's
-outcome into an ack or a nack."""
+and buffer, the inbox's dedup keys, a subscription's options, the rules that turn a handler's
+outcome (one message's, or a batch's) into acks and nacks, and the ledger of what a ``CLIENT``
+consumer has not settled yet."""
 
 from __future__ import annotations
 
@@ -25,11 +26,14 @@ class AckMode(Enum):
     ``BATCH``: successes are gathered and acked together, every ``BatchAck.max_count`` messages or
     ``max_delay`` seconds (ActiveMQ's optimizeAcknowledge / DUPS_OK: a crash redelivers the batch).
     ``TRANSACTED``: the handler gets a SQLAlchemy session; the ack is sent after its transaction
-    commits (a failed commit nacks).
+    commits (a failed commit nacks).  ``CLIENT``: as ``MANUAL``, but ``consumer.ack(message)`` is
+    cumulative (ActiveMQ's CLIENT_ACKNOWLEDGE): it settles that message and every earlier one of
+    the same queue this consumer handed to a handler and has not settled, in one request.
     """
 
     AUTO = "AUTO"
     MANUAL = "MANUAL"
+    CLIENT = "CLIENT"
     BATCH = "BATCH"
     TRANSACTED = "TRANSACTED"
 
@@ -55,6 +59,7 @@ class SubscriptionOptions:
     session_factory: Any = None
     idempotent: bool = False
     dedup: DedupKey | Callable[[Message], str] = DedupKey.FIRST_KEY
+    batch_max: int | None = None  # a batch handler: fn(messages) with up to this many
 
     def dedup_key(self, message: Message) -> str:
         if callable(self.dedup):
@@ -75,6 +80,118 @@ def succeeded(value: object) -> bool:
     if value is not None and value is not ConsumeResult.CONSUME_SUCCESS:
         log.warning("consumer handler returned %r: treated as CONSUME_SUCCESS", value)
     return True
+
+
+def queue_of(message: Message) -> tuple[str, int | None, bool]:
+    """The queue a delivered message came from: its topic and queue, and whether it is a retry
+    copy (a copy is shown under its first topic, with the retry topic's queue id)."""
+    return message.topic, message.queue_id, "RETRY_TOPIC" in message.properties
+
+
+@dataclass(frozen=True, slots=True)
+class BatchVerdict:
+    """A batch handler's answer: its first ``done`` messages succeeded; the rest did not -- all
+    of them failed (``whole``: RECONSUME_LATER, an exception, a failed commit), or only the first
+    of them (the handler returned its index: those after it were not consumed)."""
+
+    done: int
+    whole: bool = False
+
+    def split(
+        self, messages: Sequence[Message]
+    ) -> tuple[list[Message], list[Message], list[Message]]:
+        """``messages`` as (acked, nacked, released): the failed are nacked (a retry counted, the
+        retry schedule); the ones after a returned index were not consumed and are released (they
+        come again at once, no retry counted)."""
+        done, rest = list(messages[: self.done]), list(messages[self.done :])
+        if self.whole or not rest:
+            return done, rest, []
+        return done, rest[:1], rest[1:]
+
+
+FAILED = BatchVerdict(0, whole=True)
+
+
+def batch_verdict(value: object, count: int) -> BatchVerdict:
+    """What a batch handler's return value says about its ``count`` messages: CONSUME_SUCCESS or
+    None, all succeeded; RECONSUME_LATER, all failed; an int ``i`` (0 <= i <= count), the index of
+    the first failed message: the ones before it succeeded.  Anything else is a mistake of the
+    handler's: logged, and every message is retried (nothing is acked that may not be done)."""
+    if value is None or value is ConsumeResult.CONSUME_SUCCESS:
+        return BatchVerdict(count)
+    if value is ConsumeResult.RECONSUME_LATER:
+        return FAILED
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= count:
+        return BatchVerdict(value)
+    log.warning(
+        "batch handler returned %r for %d messages: not CONSUME_SUCCESS, RECONSUME_LATER, None "
+        "or the index of the first failed message (0 to %d); every message is retried",
+        value,
+        count,
+        count,
+    )
+    return FAILED
+
+
+class Unsettled:
+    """The messages a consumer handed to ``CLIENT``-mode handlers and has not settled, per queue
+    in the order they were handed (thread-safe; no I/O: the consumer acks what :meth:`through`
+    returns).  An entry older than its invisibility is forgotten: its handle is stale, and the
+    message comes again anyway."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._queues: dict[tuple[str, int | None, bool], dict[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def handed(self, messages: Sequence[Message], invisible_seconds: float) -> None:
+        """``messages`` go to a handler now, in this order."""
+        now = self.clock()
+        with self._lock:
+            for message in messages:
+                if message.receipt_handle is not None:
+                    handles = self._queues.setdefault(queue_of(message), {})
+                    for handle, until in list(handles.items()):  # the oldest first
+                        if until > now:
+                            break
+                        del handles[handle]
+                    handles[message.receipt_handle] = now + invisible_seconds
+
+    def through(self, message: Message) -> list[str]:
+        """The handles to ack for a cumulative ack of ``message``: every unsettled one of its
+        queue handed before it, and its own; all of them leave the ledger."""
+        own = message.receipt_handle
+        if own is None:
+            return []
+        now, taken = self.clock(), []
+        with self._lock:
+            handles = self._queues.get(queue_of(message), {})
+            if own in handles:
+                for handle in list(handles):
+                    until = handles.pop(handle)
+                    if until > now or handle == own:
+                        taken.append(handle)
+                    if handle == own:
+                        break
+            else:
+                taken.append(own)
+            if not handles:
+                self._queues.pop(queue_of(message), None)
+        return taken
+
+    def settled(self, messages: Sequence[Message]) -> None:
+        """``messages`` were settled otherwise (nacked, released): out of the ledger."""
+        with self._lock:
+            for message in messages:
+                handles = self._queues.get(queue_of(message))
+                if handles is not None and message.receipt_handle is not None:
+                    handles.pop(message.receipt_handle, None)
+                    if not handles:
+                        del self._queues[queue_of(message)]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(handles) for handles in self._queues.values())
 
 
 class AckBuffer:

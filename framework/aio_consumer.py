@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import httpx
 
 from framework.client_trace import TaskReporter
-from framework.consumer_base import ConsumerBase, handle_of, lanes
+from framework.consumer_base import ConsumerBase
 from framework.errors import HalfMQError
 from framework.member import ONCE, AsyncFace
 from framework.message import Message
@@ -79,12 +79,14 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
     # -- acknowledgement: as PushConsumer's, awaited ----------------------------------------------
 
     async def ack(self, message: Message) -> None:
-        await self.client.run(self.acks_flow([handle_of(message)]))
+        await self.client.run(self.acks_flow(self.ack_handles(message)))
 
     async def nack(self, message: Message, delay_level: int | None = None) -> str:
+        self.unsettled.settled([message])
         return await self.client.call(self.nack_call(message, delay_level))
 
     async def release(self, message: Message) -> None:
+        self.unsettled.settled([message])
         await self.client.call(self.release_call(message))
 
     # -- the tasks -------------------------------------------------------------------------------
@@ -103,17 +105,18 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
                 await asyncio.sleep(0.5)
                 continue
             self._held += len(messages)
-            for lane in lanes(messages, self.orderly):
+            for lane in self.lanes(messages):
                 self._work.put_nowait(lane)
 
     async def _work_loop(self) -> None:
         while (lane := await self._work.get()) is not None:
-            for n, message in enumerate(lane):
+            units = self.units(lane)
+            for n, unit in enumerate(units):
                 if self._stopping and n > 0:
-                    await self._release(lane[n:])
+                    await self._release([m for rest in units[n:] for m in rest])
                     break
-                await self.client.run(self.consume_flow(message))
-                await self._done(1)
+                await self.client.run(self.unit_flow(unit))
+                await self._done(len(unit))
 
     async def _done(self, count: int) -> None:
         async with self._room:

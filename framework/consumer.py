@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from framework.client_trace import ThreadReporter
-from framework.consumer_base import ConsumerBase, handle_of, lanes
+from framework.consumer_base import ConsumerBase
 from framework.errors import HalfMQError
 from framework.member import ONCE, SyncFace
 from framework.message import Message
@@ -88,17 +88,21 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
         self.client.close()
         self.started = False
 
-    # -- acknowledgement (MANUAL mode calls these from the handler) -------------------------------
+    # -- acknowledgement (MANUAL and CLIENT modes call these from the handler) --------------------
 
     def ack(self, message: Message) -> None:
-        self.client.run(self.acks_flow([handle_of(message)]))
+        """Ack ``message`` (MANUAL); in CLIENT mode, also every earlier unsettled message of its
+        queue this consumer handed to a handler -- in one request."""
+        self.client.run(self.acks_flow(self.ack_handles(message)))
 
     def nack(self, message: Message, delay_level: int | None = None) -> str:
         """RECONSUME_LATER now; answers RETRY, RETRY_IN_PLACE (orderly) or DLQ."""
+        self.unsettled.settled([message])
         return self.client.call(self.nack_call(message, delay_level))
 
     def release(self, message: Message) -> None:
         """Give the message back at once, without counting a reconsume."""
+        self.unsettled.settled([message])
         self.client.call(self.release_call(message))
 
     # -- the threads -----------------------------------------------------------------------------
@@ -124,7 +128,7 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
                 with self._room:
                     if not self._stop.is_set():
                         self._held += len(messages)
-                        for lane in lanes(messages, self.orderly):
+                        for lane in self.lanes(messages):
                             self._work.put(lane)
                         continue
                 for message in messages:
@@ -139,12 +143,13 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
 
     def _work_loop(self) -> None:
         while (lane := self._work.get()) is not None:
-            for n, message in enumerate(lane):
+            units = self.units(lane)
+            for n, unit in enumerate(units):
                 if self._stop.is_set() and n > 0:
-                    self._release(lane[n:])
+                    self._release([m for rest in units[n:] for m in rest])
                     break
-                self.client.run(self.consume_flow(message))
-                self._done(1)
+                self.client.run(self.unit_flow(unit))
+                self._done(len(unit))
 
     def _done(self, count: int) -> None:
         with self._room:

@@ -4,6 +4,9 @@ its flows (:mod:`framework.flow`), written once for both faces:
 * :meth:`ConsumerBase.register_flow`: create the group and its subscriptions;
 * :meth:`ConsumerBase.consume_flow`: the answer to one received message -- run the handler (in
   its inbox transaction when idempotent or transacted), then ack, batch the ack, or nack;
+* :meth:`ConsumerBase.consume_batch_flow`: the same for a batch handler (``batch_max``): up to
+  that many messages of one queue in one call, answered for the list -- all acked, all retried,
+  or (an index returned) those before the first failed one acked and the rest retried;
 * :meth:`ConsumerBase.acks_flow` and :meth:`ConsumerBase.give_back_flow`: send acks, release a
   message that will not be consumed here.
 
@@ -23,11 +26,16 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from framework import inbox, otel, protocol
 from framework.acks import (
+    FAILED,
     AckBuffer,
     AckMode,
     BatchAck,
+    BatchVerdict,
     DedupKey,
     SubscriptionOptions,
+    Unsettled,
+    batch_verdict,
+    queue_of,
     succeeded,
     tag_expression,
 )
@@ -38,6 +46,7 @@ from framework.errors import BodyDecodeError, ConfigurationError, HalfMQError
 from framework.flow import Flow, Invoke, call
 from framework.member import GroupMember, check_name
 from framework.message import Message
+from framework.protocol import ITEMS_MAX
 from framework.registry import Handlers, Registered
 from framework.signing import CredentialsLike
 from framework.transport import TransportT, Verify
@@ -49,14 +58,16 @@ R = TypeVar("R")
 RELEASE_SECONDS = 0.001
 
 
-def lanes(messages: Sequence[Message], orderly: bool) -> list[list[Message]]:
-    """Units of work: each message alone, or (orderly) each queue's messages in offset order."""
-    if not orderly:
-        return [[m] for m in messages]
-    by_queue: dict[tuple[str, int | None], list[Message]] = {}
+def by_queue(messages: Sequence[Message]) -> list[list[Message]]:
+    """``messages`` per queue (:func:`~framework.acks.queue_of`), each in the order received."""
+    queues: dict[tuple[str, int | None, bool], list[Message]] = {}
     for message in messages:
-        by_queue.setdefault((message.topic, message.queue_id), []).append(message)
-    return list(by_queue.values())
+        queues.setdefault(queue_of(message), []).append(message)
+    return list(queues.values())
+
+
+def chunks(messages: list[Message], size: int) -> list[list[Message]]:
+    return [messages[n : n + size] for n in range(0, len(messages), size)]
 
 
 def handle_of(message: Message) -> str:
@@ -122,6 +133,7 @@ class ConsumerBase(GroupMember[TransportT]):
         self.shutdown_timeout = shutdown_timeout
         self.handlers = Handlers("consumer")
         self.acks = AckBuffer(self.batch_ack)
+        self.unsettled = Unsettled()  # what CLIENT-mode handlers got and did not settle yet
         self._undecodable_topics: set[str] = set()
         self._connect(transport, verify)
 
@@ -144,6 +156,7 @@ class ConsumerBase(GroupMember[TransportT]):
         session_factory: Any = None,
         idempotent: Any = None,
         dedup: DedupKey | Callable[[Message], str] = DedupKey.FIRST_KEY,
+        batch_max: int | None = None,
     ) -> Callable[[Callable[P, R]], Registered[P, R]]: ...
     def subscribe(
         self,
@@ -155,6 +168,7 @@ class ConsumerBase(GroupMember[TransportT]):
         session_factory: Any = None,
         idempotent: Any = None,
         dedup: DedupKey | Callable[[Message], str] = DedupKey.FIRST_KEY,
+        batch_max: int | None = None,
     ) -> Any:
         """Register ``fn(message) -> ConsumeResult`` for ``topic`` and a tag expression (``"*"``,
         ``"TagA || TagB"`` or a list of tags).
@@ -162,15 +176,27 @@ class ConsumerBase(GroupMember[TransportT]):
         With ``session_factory`` (``ack_mode=TRANSACTED``) or ``idempotent=SessionLocal`` the
         handler is ``fn(session, message)`` and runs in one transaction of that factory, acked
         after the commit; ``idempotent`` also records (group, dedup key) in the inbox table in that
-        transaction, so a redelivered message has no second effect."""
+        transaction, so a redelivered message has no second effect.
+
+        With ``batch_max=N`` the handler is ``fn(messages)`` (``fn(session, messages)``) and gets
+        up to N messages of one queue at a time, in the queue's order; it answers for the list:
+        CONSUME_SUCCESS or None acks them all, RECONSUME_LATER or an exception retries them all,
+        and the index of the first failed message acks those before it and retries the rest."""
         if callable(topic):
             raise ConfigurationError("subscribe needs a topic: @consumer.subscribe('transfers')")
+        if batch_max is not None and (
+            isinstance(batch_max, bool) or not isinstance(batch_max, int) or batch_max < 1
+        ):
+            raise ConfigurationError(
+                f"batch_max must be a whole number of messages, 1 or more (got {batch_max!r})",
+                topic=topic,
+            )
         factory = idempotent if idempotent is not None else session_factory
         mode = ack_mode or (AckMode.TRANSACTED if factory is not None else self.ack_mode)
         if mode is AckMode.TRANSACTED and factory is None:
             raise ConfigurationError("TRANSACTED needs session_factory= (or idempotent=)")
         options = SubscriptionOptions(
-            tag_expression(tags), mode, factory, idempotent is not None, dedup
+            tag_expression(tags), mode, factory, idempotent is not None, dedup, batch_max
         )
 
         def register(fn: Callable[P, R]) -> Registered[P, R]:
@@ -182,6 +208,50 @@ class ConsumerBase(GroupMember[TransportT]):
 
     def handler_for(self, message: Message) -> Registered[..., Any] | None:
         return self.handlers.find(message.topic)
+
+    def batch_max_of(self, message: Message) -> int | None:
+        """The most messages its handler takes at once; None: one message at a time."""
+        handler = self.handler_for(message)
+        return None if handler is None else handler.options.batch_max
+
+    # -- units of work ---------------------------------------------------------------------------
+
+    def lanes(self, messages: Sequence[Message]) -> list[list[Message]]:
+        """What one receive brought, as lanes a worker takes whole: each queue's messages in
+        order (orderly); else each message alone, or (a batch handler's) up to its
+        ``batch_max`` messages of one queue."""
+        if self.orderly:
+            return by_queue(messages)
+        lanes: list[list[Message]] = []
+        for queue in by_queue(messages):
+            size = self.batch_max_of(queue[0])
+            lanes.extend(chunks(queue, size) if size else [[m] for m in queue])
+        return lanes
+
+    def units(self, lane: list[Message]) -> list[list[Message]]:
+        """A lane as the handler calls it takes, one after the other: a batch handler's
+        messages in chunks of up to ``batch_max``, any other message alone."""
+        size = self.batch_max_of(lane[0])
+        return chunks(lane, size) if size else [[m] for m in lane]
+
+    def unit_flow(self, unit: list[Message]) -> Flow[None]:
+        """One call of a handler: :meth:`consume_batch_flow` for a batch handler's messages,
+        else :meth:`consume_flow`."""
+        if self.batch_max_of(unit[0]) is None and len(unit) == 1:
+            return self.consume_flow(unit[0])
+        return self.consume_batch_flow(unit)
+
+    def ack_handles(self, message: Message) -> list[str]:
+        """What ``consumer.ack(message)`` acks: in CLIENT mode, every unsettled message of its
+        queue this consumer handed to a handler before it, and it; else the message alone."""
+        handler = self.handler_for(message)
+        if handler is not None and handler.options.ack_mode is AckMode.CLIENT:
+            return self.unsettled.through(message)
+        return [handle_of(message)]
+
+    def _handing(self, mode: AckMode, messages: Sequence[Message]) -> None:
+        if mode is AckMode.CLIENT:
+            self.unsettled.handed(messages, self.invisible_seconds)
 
     def subscriptions(self) -> list[tuple[str, str]]:
         return [(h.topic, h.options.expression) for h in self.handlers]
@@ -233,6 +303,7 @@ class ConsumerBase(GroupMember[TransportT]):
         if handler is None:
             yield from self.give_back_flow(message)
             return
+        self._handing(handler.options.ack_mode, [message])
         with otel.processing(message, self.group, self.client_id) as span:
             timing = Timing.now()
             ok, error = yield from self._handler_flow(handler, message)
@@ -280,28 +351,102 @@ class ConsumerBase(GroupMember[TransportT]):
     def _settle_flow(self, mode: AckMode, message: Message, ok: bool) -> Flow[None]:
         try:
             if not ok:
+                self.unsettled.settled([message])
                 yield from call(self.nack_call(message))
             elif mode is AckMode.BATCH:
                 yield from self.acks_flow(self.acks.add(handle_of(message)))
-            elif mode is not AckMode.MANUAL:
+            elif mode not in (AckMode.MANUAL, AckMode.CLIENT):
                 yield from self.acks_flow([handle_of(message)])
         except HalfMQError as exc:  # the message comes again after its invisibility
             log.info("settling %s failed: %s", message.msg_id, exc)
 
-    def acks_flow(self, handles: list[str]) -> Flow[None]:
-        """Ack ``handles`` (none: nothing); a failed ack is logged: those messages come again."""
-        if not handles:
+    def consume_batch_flow(self, messages: list[Message]) -> Flow[None]:
+        """A batch handler's call for ``messages`` (one queue's, in order), then their acks (one
+        request), nacks and releases as its verdict says (:class:`~framework.acks.BatchVerdict`),
+        in one span; each message's SUB record is the call's duration."""
+        handler = self.handler_for(messages[0])
+        if handler is None:
+            for message in messages:
+                yield from self.give_back_flow(message)
             return
+        options = handler.options
+        self._handing(options.ack_mode, messages)
+        with otel.processing_batch(messages, self.group, self.client_id) as span:
+            timing = Timing.now()
+            acked, retried, error = yield from self._batch_handler_flow(handler, messages)
+            for message in messages:
+                self.client_trace.consumed(message, timing, message in acked)
+            if isinstance(error, BodyDecodeError):
+                self._undecodable(messages[0], error)
+            elif error is not None:
+                log.warning("consuming a batch of %d failed: %r", len(messages), error)
+            if retried[0] or retried[1]:
+                span.failed(error, None if error else "RECONSUME_LATER")
+            yield from self._settle_batch_flow(options.ack_mode, acked, *retried)
+
+    def _batch_handler_flow(
+        self, handler: Registered[..., Any], messages: list[Message]
+    ) -> Flow[tuple[list[Message], tuple[list[Message], list[Message]], BaseException | None]]:
+        """(acked, (nacked, released), the error): the handler's verdict on ``messages``; the
+        inbox's duplicates are acked without it."""
+        options = handler.options
+        duplicates: tuple[Message, ...] = ()
+        fresh, error = messages, None
         try:
-            result = yield from call(protocol.ack(self.group, handles))
+            if options.session_factory is None:
+                verdict = batch_verdict((yield Invoke(handler.fn, (list(messages),))), len(fresh))
+            else:
+                keys = [options.dedup_key(m) for m in messages] if options.idempotent else None
+                step = inbox.consume_batch_step(
+                    options.session_factory, handler.fn, messages, self.group, keys
+                )
+                consumed: inbox.BatchConsumed = yield step
+                duplicates, fresh = consumed.duplicates, list(consumed.fresh)
+                verdict, error = consumed.verdict, consumed.error
+        except Exception as exc:
+            verdict, error = FAILED, exc
+        if not fresh:
+            verdict = BatchVerdict(0)
+        acked, nacked, released = verdict.split(fresh)
+        return [*duplicates, *acked], (nacked, released), error
+
+    def _settle_batch_flow(
+        self, mode: AckMode, acked: list[Message], nacked: list[Message], released: list[Message]
+    ) -> Flow[None]:
+        """Ack ``acked`` as ``mode`` says (one request), nack ``nacked``, release ``released``."""
+        self.unsettled.settled([*nacked, *released])
+        try:
+            if mode is AckMode.BATCH:
+                for message in acked:
+                    yield from self.acks_flow(self.acks.add(handle_of(message)))
+            elif mode not in (AckMode.MANUAL, AckMode.CLIENT):
+                yield from self.acks_flow([handle_of(m) for m in acked])
         except HalfMQError as exc:
-            log.warning("ack of %d messages failed (they come again): %s", len(handles), exc)
-            return
-        if result.stale:
-            log.info("%d stale acks: those messages come again", len(result.stale))
+            log.info("acking a batch failed: %s", exc)
+        for message in nacked:
+            try:
+                yield from call(self.nack_call(message))
+            except HalfMQError as exc:  # it comes again after its invisibility
+                log.info("nack of %s failed: %s", message.msg_id, exc)
+        for message in released:
+            yield from self.give_back_flow(message)
+
+    def acks_flow(self, handles: list[str]) -> Flow[None]:
+        """Ack ``handles`` (none: nothing) in one request (per 1000, the route's most); a failed
+        ack is logged: those messages come again."""
+        for n in range(0, len(handles), ITEMS_MAX):
+            part = handles[n : n + ITEMS_MAX]
+            try:
+                result = yield from call(protocol.ack(self.group, part))
+            except HalfMQError as exc:
+                log.warning("ack of %d messages failed (they come again): %s", len(part), exc)
+                continue
+            if result.stale:
+                log.info("%d stale acks: those messages come again", len(result.stale))
 
     def give_back_flow(self, message: Message) -> Flow[None]:
         """Release ``message`` at once (no reconsume counted) so another member gets it."""
+        self.unsettled.settled([message])
         try:
             yield from call(self.release_call(message))
         except HalfMQError as exc:

@@ -20,7 +20,7 @@ span context is never injected).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -201,6 +201,18 @@ def processing(message: Message, group: str, client_id: str) -> Iterator[Span]:
         attributes["messaging.halfmq.message.tag"] = message.tags
     parent = message.properties
     with _span(f"process {message.topic}", "CONSUMER", attributes, parent) as span:
+        yield span
+
+
+@contextmanager
+def processing_batch(messages: Sequence[Message], group: str, client_id: str) -> Iterator[Span]:
+    """The CONSUMER span of a batch handler's call (``process <topic>``), from the handler to
+    the batch's acks and nacks, parented on the context its first message carries."""
+    first = messages[0]
+    attributes = _common("process", "process", first.topic, client_id)
+    attributes["messaging.batch.message_count"] = len(messages)
+    attributes["messaging.consumer.group.name"] = group
+    with _span(f"process {first.topic}", "CONSUMER", attributes, first.properties) as span:
         yield span
 
 
