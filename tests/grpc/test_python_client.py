@@ -96,7 +96,7 @@ def test_orphan_half_is_checked_through_telemetry(
 
 def test_unknown_until_check_max_then_discarded(migrated_url: str, tmp_path: Path) -> None:
     """A checker that answers UNKNOWN is asked again every round until transaction_check_max,
-    then the half is DISCARDED."""
+    then the half is DISCARDED -- and an operator's "check now" resumes it."""
     broker = GrpcBroker(
         migrated_url, tmp_path / "broker.log", *FAST_CHECKS, "--transaction-check-max", "3"
     )
@@ -114,7 +114,11 @@ def test_unknown_until_check_max_then_discarded(migrated_url: str, tmp_path: Pat
                 "the half DISCARDED after three UNKNOWN answers",
             )
             assert len(client.of("checked")) == 3
-        assert transaction(broker, half["transaction_id"])["check_times"] == 3
+            assert transaction(broker, half["transaction_id"])["check_times"] == 3
+            # resumable: an operator's "check now" has it checked again through the stream
+            resumed = httpx.post(f"{broker.url}/v1/transactions/{half['transaction_id']}/check")
+            assert resumed.status_code == 200, resumed.text
+            client.wait_for("checked", count=4, timeout=60)
     finally:
         broker.stop()
 

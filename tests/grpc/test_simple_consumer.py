@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.grpc.clients import GrpcBroker, RmqClient, errors, run_client, running_client
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +83,35 @@ def test_unacked_message_comes_again_with_attempt_two(
     assert first["message_id"] == second["message_id"] == sent["message_id"]
     assert (first["delivery_attempt"], second["delivery_attempt"]) == (1, 2)
     assert second["received_at"] - first["received_at"] >= 1.5  # its invisibility ran out
+
+
+def test_past_the_maximum_attempts_to_the_dead_letter_queue(
+    grpc_broker: GrpcBroker, tmp_path: Path
+) -> None:
+    """A group that allows one reconsume: a message never acked is delivered twice (attempts 1
+    and 2), then it is in the group's DLQ and comes no more."""
+    grpc_broker.topic("orders")
+    created = httpx.post(
+        f"{grpc_broker.url}/v1/consumer-groups", json={"name": "dlq-g", "max_reconsume_times": 1}
+    )
+    assert created.status_code == 201, created.text
+    with receiver(
+        grpc_broker, tmp_path / "c", "dlq-g", "orders", "--count", "3", "--invisible", "1"
+    ) as consumer:  # fmt: skip
+        started(consumer, grpc_broker, "dlq-g")
+        (sent,) = send(grpc_broker, tmp_path / "p", "orders", "--body", "poison")
+        consumer.wait_for("received", count=2, timeout=60)
+        wait_until(
+            lambda: bool(grpc_broker.get("/v1/consumer-groups/dlq-g/dlq")["messages"]),
+            60,
+            "the message in %DLQ%dlq-g",
+        )
+        time.sleep(3)  # past its invisibility again: it must not come a third time
+    attempts = [m["delivery_attempt"] for m in consumer.of("received")]
+    assert attempts == [1, 2]
+    (dead,) = grpc_broker.get("/v1/consumer-groups/dlq-g/dlq")["messages"]
+    assert dead["msg_id"] == sent["message_id"]
+    assert dead["original_topic"] == "orders"
 
 
 def test_fifo_order_per_message_group(grpc_broker: GrpcBroker, tmp_path: Path) -> None:
