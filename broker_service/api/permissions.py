@@ -441,6 +441,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/console/login"): public,
     ("POST", "/console/login"): public,
     ("GET", "/console/static/{name}"): public,
+    ("GET", "/favicon.ico"): public,  # the console's icon, where browsers look by themselves
     ("POST", "/console/logout"): signed_in,
     ("GET", "/console"): signed_in,  # admin's figures shown to admin only
     ("GET", "/console/topics"): admin,

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from pathlib import Path
 
+import httpx
+import pytest
+
 from broker_service.console import views
 from broker_service.console.routes.overview import AGES_MS
-from tests.console.conftest import _reports
-from tests.support import BrokerApp
+from tests.console.conftest import _reports, csrf_of
+from tests.support import BOB, OPERATOR, TELLER, BrokerApp, signed
 
 
 async def _half(broker: BrokerApp, body: str, keys: list[str], tags: str | None = None) -> str:
@@ -127,7 +131,7 @@ async def test_a_groups_retrying_card_counts_what_its_rows_count(migrated_url: s
 
 
 async def test_the_favicon_is_a_static_file_every_page_links(
-    migrated_url: str, acl_file: Path
+    migrated_url: str, acl_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
         icon = await broker.client.get("/console/static/favicon.svg")  # no session: public
@@ -136,6 +140,38 @@ async def test_the_favicon_is_a_static_file_every_page_links(
         assert icon.content.startswith(b"<svg")
         login = await broker.client.get("/console/login")  # every page extends the same base
         assert '<link rel="icon" href="/console/static/favicon.svg"' in login.text
+        # where a browser asks by itself: answered, not a 401 and a refusal in the log
+        with caplog.at_level(logging.INFO):
+            ico = await broker.client.get("/favicon.ico")
+        assert ico.status_code == 200
+        assert ico.content == icon.content
+        refusals = [r for r in caplog.records if r.name.startswith("halfmq")]
+        assert [r.getMessage() for r in refusals if "favicon" in r.getMessage()] == []
+
+
+async def test_a_transactions_message_is_shown_only_to_who_may_read_its_topic(
+    migrated_url: str, acl_file: Path
+) -> None:
+    """TELLER may read bob-bank's transactions (PUB on the group) but has no permission on their
+    topic: the page shows the transaction, not its message's keys, tags and body."""
+    async with BrokerApp.start(database_url=migrated_url, acl_file=acl_file) as broker:
+        async with signed(broker, OPERATOR) as admin:
+            await admin.post("/v1/topics", json={"name": "transfers", "queues": 1})
+            half = {"topic": "transfers", "producer_group": "bob-bank",
+                    "body": "debit 4711 from bob", "keys": ["transfer-4711"]}  # fmt: skip
+            tid = (await admin.post("/v1/transactions", json=half)).json()["transaction_id"]
+        for who, shown in ((TELLER, False), (BOB, True), (OPERATOR, True)):
+            client = httpx.AsyncClient(transport=broker.client._transport, base_url="http://b")
+            async with client:
+                page = await client.get("/console/login")
+                form = {"csrf_token": csrf_of(page.text), "access_key": who.access_key,
+                        "secret_key": who.secret_key}  # fmt: skip
+                assert (await client.post("/console/login", data=form)).status_code == 303
+                answer = await client.get(f"/console/transactions/{tid}")
+                assert answer.status_code == 200, (who.access_key, answer.text[:200])
+                assert ("debit 4711 from bob" in answer.text) is shown, who.access_key
+                assert ("transfer-4711" in answer.text) is shown, who.access_key
+                assert ('id="message-withheld"' in answer.text) is not shown, who.access_key
 
 
 def _clean_day(directory: Path) -> None:

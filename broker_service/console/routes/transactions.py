@@ -8,10 +8,19 @@ from typing import Annotated, Literal, cast
 
 from fastapi import Query, Request, Response
 
+from broker_service.acl.model import Need, Perm
 from broker_service.api.params import GroupQuery, IdPath
 from broker_service.console import views
 from broker_service.console.routes.common import back_to, router
-from broker_service.console.web import actor_of, checked_form, console_of, is_admin, render, who
+from broker_service.console.web import (
+    actor_of,
+    can,
+    checked_form,
+    console_of,
+    is_admin,
+    render,
+    who,
+)
 from broker_service.domain import names
 from broker_service.domain.audit.model import AuditResult
 from broker_service.domain.consumers.service import ConsumerService
@@ -150,12 +159,20 @@ async def transaction(transaction_id: IdPath, request: Request) -> Response:
         except DomainError:
             trace = []
     audit = await console_of(request).auditor.entries(subject_of(transaction_id))
-    message = (await messages_of(service.store, [record.msg_id])).get(record.msg_id)
+    message = None
+    # The page itself needs PUB on the producer group; the message (keys, tags, body) is shown
+    # only to an account that may also write or read its topic, as everywhere (docs/acl.md).
+    may_read = can(request, Need.topic(record.topic, Perm.PUB)) or can(
+        request, Need.topic(record.topic, Perm.SUB)
+    )
+    if may_read:
+        message = (await messages_of(service.store, [record.msg_id])).get(record.msg_id)
     return render(
         request,
         "transaction.html",
         t=record,
         message=message,
+        may_read=may_read,
         body=None if message is None else views.body_of(message.body, message.encoding),
         trace=trace,
         checks=await service.checks(transaction_id),

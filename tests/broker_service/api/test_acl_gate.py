@@ -63,7 +63,7 @@ async def test_every_route_of_the_app_refuses_an_unsigned_request(acl_app: Broke
     table = _route_table(acl_app.app)
     assert len(table) >= 40
     assert any(path.startswith("/console/") for _, path in table)  # the console is served
-    public = {"/healthz", "/readyz", "/console/login", "/console/static/{name}"}
+    public = {"/healthz", "/readyz", "/console/login", "/console/static/{name}", "/favicon.ico"}
     refused = 0
     for method, path in table:
         response = await acl_app.client.request(method, _filled(path))
