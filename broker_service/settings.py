@@ -254,8 +254,9 @@ class BrokerSettings(BaseSettings):
     )
     console_reports_dir: Path | None = Field(
         None,
-        description="Directory of the reconciliation job's reports (report-*.json / .html) the "
-        "console lists",
+        description="The reconciliation job's <out>/report directory: the console lists each "
+        "day's folder in it (date=YYYY-MM-DD/) with its summary.json (figures) and report.html "
+        "(the page)",
     )
     console_session_secret: str | None = Field(
         None,
@@ -306,7 +307,7 @@ class BrokerSettings(BaseSettings):
                 "writer connections: use a file (sqlite:///path.db) or a shared-cache URI "
                 "(sqlite:///file:NAME?mode=memory&cache=shared&uri=true)"
             )
-        return value
+        return check_database_url(value)
 
     @field_validator("callback_hosts", mode="before")
     @classmethod
@@ -457,23 +458,90 @@ class BrokerSettings(BaseSettings):
         )
 
 
+# The stores the broker is built for, and the driver each is spoken to with.
+_STORES = {"sqlite": ("pysqlite",), "postgresql": ("psycopg",)}
+
+
+def check_database_url(url: str) -> str:
+    """``url`` if the broker can open a store there, else a ValueError that says why: a URL
+    SQLAlchemy can read, of SQLite or PostgreSQL (with psycopg), and a SQLite file whose
+    directory exists -- the broker creates a new file, never a directory (a mistyped path would
+    otherwise become a new, empty store)."""
+    from sqlalchemy.engine import make_url  # only a broker's start needs SQLAlchemy
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ValueError(
+            "not a database URL: sqlite:///path.db or postgresql+psycopg://user@host/db"
+        ) from None
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    if backend not in _STORES:
+        raise ValueError(
+            f"halfmq stores in SQLite or PostgreSQL, not {backend} "
+            "(sqlite:///path.db or postgresql+psycopg://user@host/db)"
+        )
+    if driver not in _STORES[backend]:
+        raise ValueError(
+            f"{backend}+{driver} is not a driver halfmq uses: "
+            f"write {backend}+{_STORES[backend][0]}://..."
+        )
+    if backend == "sqlite":
+        _check_sqlite_directory(parsed.database)
+    return url
+
+
+def _check_sqlite_directory(database: str | None) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return  # in memory, or a SQLite URI (its own rules)
+    folder = Path(database).parent
+    if not folder.is_dir():
+        why = "is not a directory" if folder.exists() else "does not exist"
+        raise ValueError(
+            f"the SQLite file's directory {folder} {why} (the broker creates a "
+            "new file, not its directory: create it first, or check the path)"
+        )
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Load a config file of settings keys (``.yaml``/``.yml``, ``.toml`` or ``.json``)."""
-    text = path.read_text(encoding="utf-8")
+    """Load a config file of settings keys (``.yaml``/``.yml``, ``.toml`` or ``.json``); a file
+    that cannot be read or parsed is a ValueError naming it, the line and the reason."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"config file {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"config file {path}: cannot read it: {exc.strerror}") from None
     suffix = path.suffix.lower()
-    data: Any
-    if suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(text) or {}
-    elif suffix == ".toml":
-        data = tomllib.loads(text)
-        data = data.get("halfmq", data)
-    elif suffix == ".json":
-        data = json.loads(text)
-    else:
+    if suffix not in (".yaml", ".yml", ".toml", ".json"):
         raise ValueError(f"config file {path} must end in .yaml, .yml, .toml or .json")
+    data = _parse_config(path, suffix, text)
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of settings")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _parse_config(path: Path, suffix: str, text: str) -> Any:
+    # ``from None``: the parsers' messages and chained errors quote the offending text, which may
+    # be a secret (console_session_secret)
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+            return data.get("halfmq", data)
+        if suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text) or {}
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = "" if mark is None else f":{mark.line + 1}"
+        raise ValueError(f"config file {path}{where}: YAML syntax: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {path}: not valid YAML ({type(exc).__name__})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"config file {path}: TOML syntax: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"config file {path}:{exc.lineno}: JSON syntax: {exc.msg}") from None
 
 
 def load_settings(

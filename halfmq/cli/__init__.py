@@ -3,32 +3,247 @@
 ``halfmq broker serve``, ``halfmq db upgrade``, ``halfmq export`` and ``halfmq reconcile`` work on
 the store directly; every other command talks REST to ``--broker URL`` (env ``HALFMQ_BROKER``,
 default http://127.0.0.1:9876), signing its requests with ``--access-key`` / ``--secret-key`` (env
-``HALFMQ_ACCESS_KEY`` / ``HALFMQ_SECRET_KEY``) for a broker with the ACL on.
+``HALFMQ_ACCESS_KEY`` / ``HALFMQ_SECRET_KEY``) for a broker with the ACL on.  ``--broker`` may
+also come before the command (``halfmq --broker URL topic list``); the command's own wins.
+
+Each command's module is imported only when that command runs (or shows its help): they import
+the broker, the framework, SQLAlchemy, FastAPI or Spark, and ``halfmq --help`` needs none of them.
+:class:`LazyGroup` lists the commands from :data:`COMMANDS` -- a name, the line ``halfmq --help``
+shows, and how to load it -- and builds a command the first time it is asked for.
 """
 
 from __future__ import annotations
 
-import typer
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from halfmq.cli import (
-    acl,
-    broker,
-    consume,
-    db,
-    demo,
-    dlq,
-    framework_tables,
-    groups,
-    messages,
-    send,
-    store,
-    topics,
-    transactions,
-)
-from spark_reconcile import cli as reconcile_cli
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+
+@dataclass(frozen=True, slots=True)
+class Lazy:
+    """A command ``halfmq --help`` lists without importing it: ``about`` is its help's first
+    paragraph (the group's ``help=``, the function's docstring), ``load`` imports it."""
+
+    about: str
+    load: Callable[[], typer.Typer | Callable[..., Any]]
+
+
+def _send() -> Callable[..., Any]:
+    from halfmq.cli import send
+
+    return send.send
+
+
+def _consume() -> Callable[..., Any]:
+    from halfmq.cli import consume
+
+    return consume.consume
+
+
+def _demo() -> Callable[..., Any]:
+    from halfmq.cli import demo
+
+    return demo.demo
+
+
+def _export() -> Callable[..., Any]:
+    from spark_reconcile import cli  # imports pyspark / pyarrow only when run
+
+    return cli.export
+
+
+def _reconcile() -> Callable[..., Any]:
+    from spark_reconcile import cli
+
+    return cli.reconcile
+
+
+def _broker() -> typer.Typer:
+    from halfmq.cli import broker
+
+    return broker.app
+
+
+def _db() -> typer.Typer:
+    from halfmq.cli import db
+
+    return db.app
+
+
+def _topic() -> typer.Typer:
+    from halfmq.cli import topics
+
+    return topics.app
+
+
+def _transaction() -> typer.Typer:
+    from halfmq.cli import transactions
+
+    return transactions.app
+
+
+def _message() -> typer.Typer:
+    from halfmq.cli import messages
+
+    return messages.app
+
+
+def _group() -> typer.Typer:
+    from halfmq.cli import groups
+
+    return groups.app
+
+
+def _dlq() -> typer.Typer:
+    from halfmq.cli import dlq
+
+    return dlq.app
+
+
+def _acl() -> typer.Typer:
+    from halfmq.cli import acl
+
+    return acl.app
+
+
+def _store() -> typer.Typer:
+    from halfmq.cli import store
+
+    return store.app
+
+
+def _framework() -> typer.Typer:
+    from halfmq.cli import framework_tables
+
+    return framework_tables.app
+
+
+# In the order `halfmq --help` lists them; tests/halfmq/test_cli_lazy.py checks each ``about``
+# against the loaded command's own help.
+COMMANDS: dict[str, Lazy] = {
+    "send": Lazy("Send one message to TOPIC; prints where it was stored.", _send),
+    "consume": Lazy(
+        "Receive messages of GROUP, print each as one JSON line, and ack them.",
+        _consume,
+    ),
+    "demo": Lazy(
+        "Bob's bank pays Smith's bank: the broker and both banks as real processes, thousands "
+        "of concurrent transfers, injected faults, and the invariants read back from both "
+        "databases. Exits 1 when an invariant fails or the run does not settle.",
+        _demo,
+    ),
+    "export": Lazy(
+        "Export one day of the store (and of the banks' ledgers) as Parquet for "
+        "`halfmq reconcile --parquet`.",
+        _export,
+    ),
+    "reconcile": Lazy(
+        "Reconcile one day: halves, ops, deliveries and ledgers. Exit 0 clean, 1 warnings, "
+        "2 critical (or the job could not run).",
+        _reconcile,
+    ),
+    "broker": Lazy("Run the broker; list the brokers sharing its store.", _broker),
+    "db": Lazy("The store's schema (Alembic migrations).", _db),
+    "topic": Lazy("Create, list, show and delete topics.", _topic),
+    "transaction": Lazy("Inspect transactions (half messages).", _transaction),
+    "message": Lazy("Query messages.", _message),
+    "group": Lazy("Create, show and reset consumer groups.", _group),
+    "dlq": Lazy("List and resend a consumer group's dead letters.", _dlq),
+    "acl": Lazy("Show and change the broker's ACL (admin account).", _acl),
+    "store": Lazy("Show what the store holds; purge what retention lets go.", _store),
+    "framework": Lazy(
+        "The framework's tables (local-transaction log, inbox) in your service's database.",
+        _framework,
+    ),
+}
+
+
+def build(name: str, lazy: Lazy) -> Any:
+    """The command as ``add_typer`` / ``command`` would have made it under the top app (click's
+    own help layout, as the top app's)."""
+    parent = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+    parent.callback()(lambda: None)  # a group, whatever it holds
+    loaded = lazy.load()
+    if isinstance(loaded, typer.Typer):
+        parent.add_typer(loaded, name=name)
+    else:
+        parent.command(name)(loaded)
+    return typer.main.get_group(parent).commands[name]
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The group's commands: every name is known at once, a command is built when first read."""
+
+    def __init__(self, lazy: Mapping[str, Lazy], built: MutableMapping[str, Any]) -> None:
+        self.lazy = lazy
+        self.built = built
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.built:
+            if name not in self.lazy:
+                raise KeyError(name)
+            self.built[name] = build(name, self.lazy[name])
+        return self.built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self.built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.lazy
+        yield from (name for name in self.built if name not in self.lazy)
+
+    def __len__(self) -> int:
+        return len(set(self.lazy) | set(self.built))
+
+
+class LazyGroup(TyperGroup):
+    """The top ``halfmq`` group: lists :data:`COMMANDS` from their ``about`` lines and imports a
+    command only to run it or show its own help."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _Commands(COMMANDS, dict(self.commands))
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        # What click's own does, with a stand-in (its ``about``) for a command not yet imported.
+        commands: _Commands = self.commands  # type: ignore[assignment]
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in commands.built:
+                rows.append((name, commands.built[name]))
+            else:
+                rows.append((name, TyperCommand(name=name, help=COMMANDS[name].about)))
+        visible = [(name, command) for name, command in rows if not command.hidden]
+        if not visible:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in visible)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in visible])
+
+
+def _global_broker(ctx: typer.Context, value: str | None) -> str | None:
+    if value is not None:
+        from halfmq.cli.output import GLOBAL_BROKER, broker_url
+
+        ctx.meta[GLOBAL_BROKER] = broker_url(value)
+    return value
+
 
 app = typer.Typer(
     name="halfmq",
+    cls=LazyGroup,
     help="RocketMQ-style transactional (half) messages for Python microservices.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -36,22 +251,23 @@ app = typer.Typer(
     # interval-seconds, a --no- twin) at 80 columns, click's puts a long name on a line of its own
     rich_markup_mode=None,
 )
-app.add_typer(broker.app, name="broker")
-app.add_typer(db.app, name="db")
-app.add_typer(topics.app, name="topic")
-app.command("send")(send.send)
-app.add_typer(transactions.app, name="transaction")
-app.add_typer(messages.app, name="message")
-app.add_typer(groups.app, name="group")
-app.add_typer(dlq.app, name="dlq")
-app.add_typer(acl.app, name="acl")
-app.add_typer(store.app, name="store")
-app.add_typer(framework_tables.app, name="framework")
-app.command("consume")(consume.consume)
-app.command("demo")(demo.demo)
-# The reconciliation job's commands import pyspark / pyarrow only when run.
-app.command("export")(reconcile_cli.export)
-app.command("reconcile")(reconcile_cli.reconcile)
+
+
+@app.callback()
+def _root(
+    broker: Annotated[
+        str | None,
+        typer.Option(
+            "--broker",
+            metavar="URL",
+            callback=_global_broker,
+            help="The broker's base URL for the command that follows (its own --broker wins; "
+            "else HALFMQ_BROKER, else http://127.0.0.1:9876).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    pass
 
 
 def main() -> None:

@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from broker_service.settings import BrokerSettings
+from broker_service.settings import BrokerSettings, check_database_url
 from broker_service.store import migrate
 
 app = typer.Typer(help="The store's schema (Alembic migrations).", no_args_is_help=True)
@@ -23,7 +24,19 @@ UrlOption = Annotated[
 
 
 def _url(database_url: str | None) -> str:
-    return database_url or BrokerSettings().database_url
+    """The URL given, else the broker's setting; one the broker could not open is one line and
+    exit 2 (the same rules as ``broker serve``: SQLite or PostgreSQL, a SQLite file's directory
+    exists)."""
+    url = database_url or BrokerSettings().database_url
+    try:
+        return check_database_url(url)
+    except ValueError as exc:
+        err.print(
+            f"[red]invalid --database-url:[/red] {escape(str(exc))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(2) from None
 
 
 @app.command()

@@ -225,6 +225,9 @@ def _engine(url: str, shown_url: str, as_json: bool) -> Engine:
         if missing is not None:
             _fail("DATABASE_NOT_FOUND", f"no SQLite database at {missing}", as_json)
         return create_engine(url)
+    except ImportError as exc:  # a dialect whose driver is not installed (mysql:// -> MySQLdb)
+        why = f"its driver is not installed ({_reason(exc)})"
+        _fail("BAD_DATABASE_URL", f"cannot use {shown_url}: {why}", as_json)
     except (ArgumentError, SQLAlchemyError, ValueError) as exc:
         _fail("BAD_DATABASE_URL", f"cannot use {shown_url}: {_reason(exc)}", as_json)
 

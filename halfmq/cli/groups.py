@@ -126,13 +126,18 @@ def reset_offset(
     )
 
 
+def _max_reconsume(value: int | None) -> int | str:
+    """The group's own limit; only an absent one is the broker's (0 is a limit: no retry)."""
+    return "broker default" if value is None else value
+
+
 def render_group(group: Json, title: str) -> RenderableType:
     fields = [
         ("name", group["name"]),
         ("model", group["message_model"]),
         ("consume from", group["consume_from"]),
         ("orderly", group["orderly"]),
-        ("max reconsume", group.get("max_reconsume_times") or "broker default"),
+        ("max reconsume", _max_reconsume(group.get("max_reconsume_times"))),
         ("created", group["created_at"]),
     ]
     if "subscriptions" not in group:

@@ -13,12 +13,12 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -44,13 +44,20 @@ __all__ = [
     "connect",
     "credentials",
     "fields_panel",
+    "refuse",
     "show",
     "table",
     "time_option",
 ]
 
 
-def _broker_url(value: str) -> str:
+# Where ``halfmq --broker URL <command>`` leaves its URL (``ctx.meta`` is shared by the whole
+# command line): a command's own --broker wins over it, it wins over HALFMQ_BROKER.
+GLOBAL_BROKER = "halfmq.broker"
+
+
+def broker_url(value: str) -> str:
+    """``value`` if it is an http(s) URL with a host, else a usage error (exit 2)."""
     try:
         url = httpx.URL(value)
     except httpx.InvalidURL as exc:
@@ -60,12 +67,22 @@ def _broker_url(value: str) -> str:
     return value
 
 
+def _broker_option(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """The command's own --broker; else the global one (``halfmq --broker URL ...``); else
+    HALFMQ_BROKER or the default."""
+    given = ctx.meta.get(GLOBAL_BROKER)
+    source = ctx.get_parameter_source(param.name or "broker")
+    if given is not None and (source is None or source.name != "COMMANDLINE"):
+        return str(given)
+    return broker_url(value)
+
+
 BrokerOption = Annotated[
     str,
     typer.Option(
         "--broker",
         envvar="HALFMQ_BROKER",
-        callback=_broker_url,
+        callback=_broker_option,
         help="The broker's base URL.",
         show_default=True,
     ),
@@ -93,6 +110,17 @@ def time_option(value: str | None, hint: str) -> str | int | None:
             param_hint=hint,
         ) from None
     return text
+
+
+def refuse(what: str, why: str) -> NoReturn:
+    """A bad input the command cannot start with (settings, a file): ``what: why`` as one line on
+    stderr, whatever the terminal's width, and exit 2 -- never a traceback."""
+    from broker_service.logs import redact  # masks a password in a URL
+
+    line = Text(f"{what}: ", style="red")
+    line.append(redact(why))
+    Console(stderr=True, highlight=False).print(line, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 # -- talking to the broker -----------------------------------------------------------------------
@@ -231,8 +259,9 @@ def table(
     """Objects as a table, one row each (see :class:`WordWrapTable` for how it fits).
 
     Columns named ``... id`` keep every character on one line (ids are copied into the next
-    command).  A word wider than its whole column is shortened with an ellipsis, on its line.
-    Times are to the second (``show`` commands give the milliseconds).
+    command).  When the columns' longest words cannot stand side by side in the terminal, each
+    row is printed as a record instead (``name  value`` lines), so nothing is cut.  Times are to
+    the second (``show`` commands give the milliseconds).
     """
     cells = [
         [v if isinstance(v, Text) else cell(v, to_the_second=True) for v in row] for row in rows
@@ -250,10 +279,12 @@ class WordWrapTable(Table):
     """A table that wraps its cells between words, never inside one.
 
     Rich shrinks the columns of a table that is too wide for the terminal evenly, whatever they
-    hold, and then folds or cuts words (``transfers`` as ``transf`` / ``ers``).  This one measures
-    at each render: every column gets at least its longest word (an id column its whole id), and
-    the room left goes to the columns in proportion to how much more they could use.  Only when
-    even the longest words do not fit side by side is it left to Rich.
+    hold, and then folds or cuts words (``transfers`` as ``transf`` / ``ers``, an id as
+    ``01A22…``).  This one measures at each render: every column gets at least its longest word
+    (an id column its whole id), and the room left goes to the columns in proportion to how much
+    more they could use.  When even the longest words do not fit side by side (seven columns at
+    80), the rows are printed as records, one ``column  value`` line each, as ``psql``'s expanded
+    display does: every value whole, wrapped between words.
     """
 
     def __init__(self, cells: Sequence[Sequence[Text]], **options: Any) -> None:
@@ -261,24 +292,44 @@ class WordWrapTable(Table):
         self.cells = cells
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        widths = _word_widths(
-            [column.header for column in self.columns], self.cells, options.max_width
-        )
-        for column, width in zip(self.columns, widths or [None] * len(self.columns), strict=True):
+        headers = [column.header for column in self.columns]
+        fit = _fit(headers, self.cells, options.max_width)
+        if fit is None:
+            yield self._records(headers)
+            return
+        for column, width in zip(self.columns, fit or [None] * len(self.columns), strict=True):
             column.width = width
         yield from super().__rich_console__(console, options)
 
+    def _records(self, headers: Sequence[Any]) -> RenderableType:
+        parts: list[RenderableType] = []
+        if self.title is not None:
+            parts.append(Text(self.title) if isinstance(self.title, str) else self.title)
+        for number, row in enumerate(self.cells, 1):
+            grid = Table.grid(padding=(0, 2))
+            grid.add_column(style="bold cyan", no_wrap=True)
+            grid.add_column(overflow="fold")
+            for header, value in zip(headers, row, strict=True):
+                grid.add_row(str(header), value)
+            parts.append(Panel(grid, title=Text(str(number)), title_align="left", expand=False))
+        if self.caption is not None:
+            parts.append(Text(str(self.caption), style="dim"))
+        return Group(*parts)
 
-def _word_widths(
+
+def _fit(
     headers: Sequence[Any], cells: Sequence[Sequence[Text]], width: int
 ) -> list[int | None] | None:
-    """Widths that let every word of ``cells`` and ``headers`` stand whole in ``width`` columns;
-    None when every line fits as it is, or when the words themselves do not."""
+    """The columns' widths that let every word of ``cells`` and ``headers`` stand whole in
+    ``width`` columns: ``[]`` when every line fits as it is (Rich's own widths), None when the
+    longest words themselves do not fit side by side."""
     room = width - (3 * len(headers) + 1)  # a border and a space each side per column
     columns = [[Text(str(h)), *(row[i] for row in cells)] for i, h in enumerate(headers)]
     words = [max(_longest_word(t) for t in column) for column in columns]
     lines = [max(t.cell_len for t in column) for column in columns]
-    if sum(lines) <= room or sum(words) > room:
+    if sum(lines) <= room:
+        return []
+    if sum(words) > room:
         return None
     spare, wants = room - sum(words), [line - word for line, word in zip(lines, words, strict=True)]
     return [word + spare * want // sum(wants) for word, want in zip(words, wants, strict=True)]
