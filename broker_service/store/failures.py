@@ -57,17 +57,26 @@ class FailureLog:
         """``message`` logged under its reference (unless it was less than a minute ago); the
         reference."""
         reference = self.reference(message)
+        if self._due(reference):
+            log.error("store failure, reference %s: %s", reference, message)
+        return reference
+
+    def noted(self, reference: str) -> None:
+        """A caller logged the message of ``reference`` itself (with the reference): not again
+        for a minute."""
+        self._due(reference)
+
+    def _due(self, reference: str) -> bool:
+        """Whether ``reference`` is to be logged now (then it counts as logged)."""
         now = self._clock()
         with self._lock:
             last = self._said.get(reference)
-            due = last is None or now - last >= REMIND_SECONDS
-            if due:
-                if len(self._said) >= _REMEMBERED:
-                    self._said.clear()
-                self._said[reference] = now
-        if due:
-            log.error("store failure, reference %s: %s", reference, message)
-        return reference
+            if last is not None and now - last < REMIND_SECONDS:
+                return False
+            if len(self._said) >= _REMEMBERED:
+                self._said.clear()
+            self._said[reference] = now
+            return True
 
 
 # One per process: the references a client quotes are this broker's log's.
@@ -81,14 +90,22 @@ def store_unavailable(error: BaseException) -> NotReady:
     return unavailable(driver_message(error))
 
 
-def unavailable(message: str) -> NotReady:
-    """:func:`store_unavailable` for a failure already put in words (``message``: the log's)."""
+def unavailable(message: str, hint: str = "") -> NotReady:
+    """:func:`store_unavailable` for a failure already put in words (``message``: the log's).
+    ``hint``: what an operator can do about it, in words of the broker's own that name no
+    server, role or table (a client passes it on)."""
     reference = failures.said(message)
     return NotReady(
-        f"the store failed; the broker's log says why under reference {reference}",
+        f"the store failed{f' ({hint})' if hint else ''}; the broker's log says why under "
+        f"reference {reference}",
         code="STORE_UNAVAILABLE",
         reference=reference,
     )
+
+
+def with_reference(message: str) -> str:
+    """``message`` and its reference, for a caller that logs it itself (see :meth:`FailureLog.noted`)."""
+    return f"{message} [reference {failures.reference(message)}]"
 
 
 def unreachable_reason(error: BaseException) -> str:

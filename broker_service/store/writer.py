@@ -68,8 +68,14 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.acl.nonces import NonceKey, replayed_error
 from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
-from broker_service.store.engine import Covered, LogSync
-from broker_service.store.failures import driver_message, store_unavailable, unavailable
+from broker_service.store.engine import Covered, FlushNotAllowed, LogSync
+from broker_service.store.failures import (
+    driver_message,
+    failures,
+    store_unavailable,
+    unavailable,
+    with_reference,
+)
 from broker_service.store.sqltx import ResolutionRace, SqlTx
 
 log = logging.getLogger("halfmq.store.writer")
@@ -83,6 +89,12 @@ _STOP_SECONDS = 30.0
 _IDLE_SECONDS = 10.0
 # How often a sync that keeps failing is logged again.
 _REMIND_SECONDS = 60.0
+# What a client refused because the broker's role may not flush is told to pass on: fixed words
+# that name no role (the log has the driver's message).
+_FLUSH_HINT = (
+    "the broker may not make its log durable: GRANT EXECUTE ON FUNCTION pg_logical_emit_message "
+    "to its role, or run with flush: async"
+)
 
 
 @dataclass(slots=True)
@@ -288,8 +300,11 @@ class GroupCommitWriter:
         return self._conn
 
     def _refuse(self, batch: list[_Job], error: DBAPIError) -> None:
-        """Answer every unit 503: the store cannot be reached (logged once per outage)."""
-        self._outage.failed(driver_message(error), len(batch))
+        """Answer every unit 503: the store cannot be reached (logged once per outage, with the
+        reference its refusals name)."""
+        message = driver_message(error)
+        if self._outage.failed(with_reference(message), len(batch)):
+            failures.noted(failures.reference(message))
         for job in batch:
             job.value, job.ok = store_unavailable(error), False
         self._answer(batch)
@@ -339,7 +354,7 @@ class GroupCommitWriter:
     def _flush_loop(self) -> None:
         syncer = self._syncer
         assert syncer is not None
-        failures = _sync_failures()
+        syncs = _sync_failures()
         while True:
             try:
                 first = self._synced.get(timeout=_IDLE_SECONDS)
@@ -356,11 +371,12 @@ class GroupCommitWriter:
                 try:
                     covered = syncer()  # one sync for every batch committed before it began
                 except Exception as exc:
-                    message = driver_message(exc)
-                    failures.failed(message)
-                    _fail(committed, f"its log could not be made durable: {message}")
+                    why = f"its log could not be made durable: {driver_message(exc)}"
+                    if syncs.failed(with_reference(why)):
+                        failures.noted(failures.reference(why))
+                    _fail(committed, why, _FLUSH_HINT if isinstance(exc, FlushNotAllowed) else "")
                 else:
-                    failures.over()
+                    syncs.over()
                     if covered is not None:
                         _uncovered(committed, covered)
             for batch, _server, _at in committed:
@@ -384,10 +400,10 @@ def _refused_whole(batch: list[_Job]) -> bool:
     return all(not job.ok and isinstance(job.value, NotReady) for job in batch)
 
 
-def _fail(committed: list[tuple[list[_Job], object, float]], why: str) -> None:
+def _fail(committed: list[tuple[list[_Job], object, float]], why: str, hint: str = "") -> None:
     """Answer 503 every unit of the batches: what their commit wrote (or an error answer read)
     is not known durable; a retry gets the answer again."""
-    failed = unavailable(why)
+    failed = unavailable(why, hint)
     for batch, _server, _at in committed:
         for job in batch:
             job.value, job.ok = failed, False
@@ -458,15 +474,19 @@ class _Episode:
         self.count = 0
         self.said_at = 0.0
 
-    def failed(self, reason: str, count: int = 1) -> None:
+    def failed(self, reason: str, count: int = 1) -> bool:
+        """Count a failure; whether ``reason`` was logged (the first, or a reminder)."""
         now = time.monotonic()
         self.count += count
         if self.since is None:
             self.since = self.said_at = now
             log.log(self.level, self.began, reason)
-        elif self.still is not None and now - self.said_at >= _REMIND_SECONDS:
+            return True
+        if self.still is not None and now - self.said_at >= _REMIND_SECONDS:
             self.said_at = now
             log.log(self.level, self.still, self.count, now - self.since, reason)
+            return True
+        return False
 
     def over(self) -> None:
         if self.since is not None:
