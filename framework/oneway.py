@@ -19,12 +19,13 @@ messages must not be lost, and a one-way send gives no answer to roll back on.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 import inspect
 import logging
+import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,8 @@ def _marked_async(
 
 
 class ThreadOneWay:
-    """Runs one-way sends on up to :data:`WORKERS` threads (started with the first one)."""
+    """Runs one-way sends on :data:`WORKERS` daemon threads (started with the first one), so a
+    process that exits without ``shutdown()`` is never held up by them."""
 
     def __init__(
         self,
@@ -163,46 +165,56 @@ class ThreadOneWay:
         self.flow = flow
         self.counts = counts
         self.group = group
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._waiting: set[concurrent.futures.Future[None]] = set()
+        self._waiting: queue.Queue[Message | None] = queue.Queue(PENDING_MAX)
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
 
     def submit(self, message: Message) -> None:
         self.counts.add("sent")
-        with self._lock:
-            if self._closed or len(self._waiting) >= PENDING_MAX:
-                self.counts.add("dropped")
-                return
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    WORKERS, f"halfmq-oneway-{self.group}"
-                )
-            future = self._pool.submit(self._send, message)
-            self._waiting.add(future)
-        future.add_done_callback(self._forget)
-
-    def _forget(self, future: concurrent.futures.Future[None]) -> None:
-        with self._lock:
-            self._waiting.discard(future)
-
-    def _send(self, message: Message) -> None:
         try:
-            self.client.run(self.flow(message))
-        except Exception as exc:  # the client closed under it (shutdown), or a bug: never raised
-            log.debug("one-way send of %s failed: %r", message.msg_id, exc)
-            self.counts.ended(exc)
+            if self._closed:
+                raise queue.Full
+            self._waiting.put_nowait(message)
+        except queue.Full:
+            self.counts.add("dropped")
+            return
+        with self._lock:
+            if not self._threads:
+                for n in range(WORKERS):
+                    name = f"halfmq-oneway-{n}-{self.group}"
+                    thread = threading.Thread(target=self._work, name=name, daemon=True)
+                    thread.start()
+                    self._threads.append(thread)
+
+    def _work(self) -> None:
+        while (message := self._waiting.get()) is not None:
+            try:
+                self.client.run(self.flow(message))
+            except Exception as exc:  # the client closed under it (shutdown): never raised
+                log.debug("one-way send of %s failed: %r", message.msg_id, exc)
+                self.counts.ended(exc)
+            finally:
+                self._waiting.task_done()
+        self._waiting.task_done()
 
     def close(self, wait_seconds: float) -> None:
         """Give the waiting sends ``wait_seconds``, then drop those not started (counted)."""
+        self._closed = True
+        deadline = time.monotonic() + wait_seconds
+        while self._waiting.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while True:
+            try:
+                self._waiting.get_nowait()
+            except queue.Empty:
+                break
+            self.counts.add("dropped")
+            self._waiting.task_done()
         with self._lock:
-            self._closed = True
-            pool, waiting = self._pool, set(self._waiting)
-        if pool is None:
-            return
-        _, late = concurrent.futures.wait(waiting, timeout=wait_seconds)
-        self.counts.add("dropped", sum(1 for future in late if future.cancel()))
-        pool.shutdown(wait=False, cancel_futures=True)
+            for _ in self._threads:
+                self._waiting.put_nowait(None)
+            self._threads.clear()
 
 
 class TaskOneWay:
