@@ -177,19 +177,15 @@ def test_unsettled_is_per_queue_in_handing_order_and_forgets_expired_leases() ->
 # -- batches on a real broker -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
 def test_orderly_batches_keep_each_queue_in_order_and_a_partial_failure_retries_the_rest(
-    process: BrokerProcess,
+    process: BrokerProcess, face: str
 ) -> None:
     topic = _topic(process, queues=3, order=True)
-    group = f"orderly-{uuid.uuid4().hex[:8]}"
+    group = f"orderly-{face}-{uuid.uuid4().hex[:8]}"
     batches, failed = Batches(), threading.Event()
     retried: list[list[str]] = []
-    consumer = PushConsumer(
-        group, brokers=[process.url], orderly=True, concurrency=3, wait_seconds=0.5,
-        consume_from="FIRST_OFFSET",
-    )  # fmt: skip
 
-    @consumer.subscribe(topic, batch_max=4)
     def credit(messages: list[Message]) -> int | None:
         batches.add(messages)
         bodies = [m.text for m in messages]
@@ -202,9 +198,27 @@ def test_orderly_batches_keep_each_queue_in_order_and_a_partial_failure_retries_
     _send(
         process, [Message(topic, body=f"{a}:{n}", sharding_key=a) for n in range(4) for a in "abc"]
     )
-    with consumer:
-        wait_until(lambda: len(batches.bodies()) >= 13, 30, "twelve messages and the retry")
-        wait_until(lambda: _view(process, group)["lag"] == 0, 20, "every queue settled")
+    options = {"orderly": True, "concurrency": 3, "wait_seconds": 0.5}
+    if face == "sync":
+        consumer: Any = PushConsumer(
+            group, brokers=[process.url], consume_from="FIRST_OFFSET", **options
+        )
+        consumer.subscribe(topic, batch_max=4)(credit)
+        with consumer:
+            wait_until(lambda: len(batches.bodies()) >= 13, 30, "twelve messages and the retry")
+            wait_until(lambda: _view(process, group)["lag"] == 0, 20, "every queue settled")
+    else:
+        consumer = AsyncPushConsumer(
+            group, brokers=[process.url], consume_from="FIRST_OFFSET", **options
+        )
+        consumer.subscribe(topic, batch_max=4)(credit)
+
+        async def run() -> None:
+            async with consumer:
+                await _until(lambda: len(batches.bodies()) >= 13, "twelve messages and the retry")
+                await _until(lambda: _view(process, group)["lag"] == 0, "every queue settled")
+
+        asyncio.run(run())
     calls = batches.calls
     assert all(1 <= len(call) <= 4 for call in calls)
     assert all(len({m.queue_id for m in call}) == 1 for call in calls)  # one queue per call
