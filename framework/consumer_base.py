@@ -244,10 +244,11 @@ class ConsumerBase(GroupMember[TransportT]):
     def ack_handles(self, message: Message) -> list[str]:
         """What ``consumer.ack(message)`` acks: in CLIENT mode, every unsettled message of its
         queue this consumer handed to a handler before it, and it; else the message alone."""
+        own = handle_of(message)
         handler = self.handler_for(message)
         if handler is not None and handler.options.ack_mode is AckMode.CLIENT:
             return self.unsettled.through(message)
-        return [handle_of(message)]
+        return [own]
 
     def _handing(self, mode: AckMode, messages: Sequence[Message]) -> None:
         if mode is AckMode.CLIENT:

@@ -29,7 +29,9 @@ from framework import (
     AckMode,
     AsyncPushConsumer,
     CheckMode,
+    ConfigurationError,
     ConsumeResult,
+    HalfMQError,
     Message,
     PushConsumer,
     TransactionProducer,
@@ -172,6 +174,17 @@ def test_unsettled_is_per_queue_in_handing_order_and_forgets_expired_leases() ->
     assert ledger.through(retry) == ["h9"]  # its own handle only: nothing earlier is valid
     assert ledger.through(q0[3]) == ["h3"]
     assert len(ledger) == 0
+
+
+def test_batch_max_must_be_a_count_and_ack_needs_a_delivered_message() -> None:
+    consumer = PushConsumer("smith-bank", brokers=["http://127.0.0.1:9"], ack_mode=AckMode.CLIENT)
+    for wrong in (0, -3, True, 2.5, "8"):
+        with pytest.raises(ConfigurationError, match="batch_max must be a whole number"):
+            consumer.subscribe("transfers", batch_max=wrong)
+    consumer.subscribe("transfers")(lambda m: None)
+    with pytest.raises(HalfMQError, match="only a delivered message can be acked"):
+        consumer.ack(Message("transfers"))  # never received: no receipt handle
+    consumer.shutdown()
 
 
 # -- batches on a real broker -----------------------------------------------------------------------
