@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from broker_service.settings import BrokerSettings, check_database_url
 from broker_service.store import migrate
+from halfmq.cli.output import refuse
 
 app = typer.Typer(help="The store's schema (Alembic migrations).", no_args_is_help=True)
 out = Console()
@@ -26,17 +27,17 @@ UrlOption = Annotated[
 def _url(database_url: str | None) -> str:
     """The URL given, else the broker's setting; one the broker could not open is one line and
     exit 2 (the same rules as ``broker serve``: SQLite or PostgreSQL, a SQLite file's directory
-    exists)."""
-    url = database_url or BrokerSettings().database_url
+    exists), as is a ``HALFMQ_...`` variable the settings refuse."""
+    try:
+        url = database_url or BrokerSettings().database_url
+    except ValidationError as exc:
+        from halfmq.cli.broker import settings_errors
+
+        refuse("invalid settings", settings_errors(exc))
     try:
         return check_database_url(url)
     except ValueError as exc:
-        err.print(
-            f"[red]invalid --database-url:[/red] {escape(str(exc))}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(2) from None
+        refuse("invalid --database-url", str(exc))
 
 
 @app.command()

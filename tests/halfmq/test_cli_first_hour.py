@@ -334,3 +334,12 @@ def test_framework_purge_on_a_database_without_its_driver_is_one_line() -> None:
     assert_one_clear_line(result, "cannot use mysql://app:***@127.0.0.1/shop: its driver is not")
     assert result.returncode == 1
     assert "pw@" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [["broker", "serve"], ["db", "current"]])
+def test_a_bad_setting_in_the_environment_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    env = {"HALFMQ_PORT": "abc", "HALFMQ_DATABASE_URL": f"sqlite:///{tmp_path / 'broker.db'}"}
+    result = halfmq(*args, env=env)
+    assert_one_clear_line(result, "invalid settings: port: Input should be a valid integer")
+    assert result.returncode == 2
+    assert not (tmp_path / "broker.db").exists()
