@@ -28,6 +28,7 @@ from broker_service.domain.config import (
     RetentionPolicy,
     parse_delay_levels,
 )
+from broker_service.domain.transactions.callbacks import parse_ports
 
 
 class Flush(StrEnum):
@@ -228,8 +229,9 @@ class BrokerSettings(BaseSettings):
     )
     forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Proxies trusted to name the client in X-Forwarded-For, Forwarded or "
-        "X-Real-IP: addresses or CIDR, comma-separated; '*' for any. Default: none -- the "
+        description="Proxies trusted to name the client in X-Forwarded-For (Forwarded and "
+        "X-Real-IP are never read): addresses or CIDR, comma-separated; '*' for any. Default: "
+        "none -- the "
         "forwarded headers are ignored and the peer's address is the client's (white lists, "
         "the callback rule and the console's sign-in throttle read it)",
     )
@@ -323,6 +325,12 @@ class BrokerSettings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         if isinstance(value, list | tuple):
             return [p.strip() for item in value for p in str(item).split(",") if p.strip()]
+        return value
+
+    @field_validator("callback_ports")
+    @classmethod
+    def _check_callback_ports(cls, value: list[str]) -> list[str]:
+        parse_ports(value)  # a ValueError naming the bad entry
         return value
 
     @field_validator("grpc_producer_groups", mode="before")

@@ -86,7 +86,7 @@ def test_a_broker_on_an_old_schema_refuses_and_names_the_fix(
 
 
 def test_serve_creates_and_migrates_a_brand_new_sqlite_file(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'new' / 'fresh.db'}"
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"  # its directory must exist (issue 29, item 8)
     broker = BrokerProcess(url, free_port(), tmp_path / "broker.log")
     broker.start()
     try:
