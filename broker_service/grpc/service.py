@@ -455,6 +455,9 @@ class MessagingService:
             metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
             metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
             host = self._store_host()
+            if delivered:  # when they left the broker: a push consumer times its work from it
+                now = convert.to_timestamp(self.served.transactions.clock())
+                answers.append(rpc.ReceiveMessageResponse(delivery_timestamp=now))
             answers.extend(
                 rpc.ReceiveMessageResponse(message=convert.delivered_message(d, host))
                 for d in delivered

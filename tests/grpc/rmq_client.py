@@ -6,7 +6,8 @@ the gRPC tests: one scenario per run, each event printed as a JSON line on stdou
 Scenarios: ``send`` (NORMAL; ``--group`` FIFO; ``--delay-seconds`` DELAY), ``commit`` and
 ``rollback`` (a transaction ended by the producer), ``orphan`` (a half left open; its checker
 answers ``--answer`` COMMIT / ROLLBACK / UNKNOWN / RAISE and the process stays up ``--seconds``),
-``receive`` (a SimpleConsumer: ``--ack``, ``--change-invisible``, ``--count``); ``--tls``
+``push`` (a PushConsumer whose listener fails a body that starts with ``fail``), ``receive``
+(a SimpleConsumer: ``--ack``, ``--change-invisible``, ``--count``); ``--tls``
 trusts the roots ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` names.  Errors are
 printed as ``{"event": "error", "type": ..., "message": ...}``; the exit status is 0 unless the
 client could not start.
@@ -22,10 +23,13 @@ from typing import Any
 
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
@@ -156,10 +160,49 @@ def consume(args: argparse.Namespace, config: ClientConfiguration) -> None:
         say(event="stopped")
 
 
+def push(args: argparse.Namespace, config: ClientConfiguration) -> None:
+    """A PushConsumer: its listener reports each message and answers SUCCESS (FAILURE for a
+    body starting with ``fail``: the broker delivers it again)."""
+    received = []
+
+    class Listener(MessageListener):
+        def consume(self, message: Message) -> ConsumeResult:
+            received.append(message.message_id)
+            say(
+                event="received",
+                message_id=message.message_id,
+                body=message.body.decode(),
+                tag=message.tag,
+                delivery_attempt=message.delivery_attempt,
+                corrupted=message.corrupted,
+                received_at=time.time(),
+            )
+            if message.body.startswith(b"fail"):
+                return ConsumeResult.FAILURE
+            return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        config, args.group, Listener(), {args.topic: FilterExpression(args.expression)},
+        tls_enable=args.tls,
+    )  # fmt: skip
+    consumer.startup()
+    say(event="started", client_id=consumer.client_id)
+    deadline = time.monotonic() + args.seconds
+    try:
+        while len(received) < args.count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)  # the last ack goes out
+    finally:
+        consumer.shutdown()
+        say(event="stopped")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("endpoint")
-    parser.add_argument("scenario", choices=["send", "commit", "rollback", "orphan", "receive"])
+    parser.add_argument(
+        "scenario", choices=["send", "commit", "rollback", "orphan", "receive", "push"]
+    )
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", default="")
     parser.add_argument("--ak", default="")
@@ -185,6 +228,8 @@ def main() -> int:
     try:
         if args.scenario == "receive":
             consume(args, config)
+        elif args.scenario == "push":
+            push(args, config)
         else:
             produce(args, config)
     except Exception as exc:

@@ -176,3 +176,25 @@ def test_tag_expression_filters_and_sql92_is_refused(
     assert refusals, events
     assert refusals[0]["message"].startswith("40010, ")  # Code.ILLEGAL_FILTER_EXPRESSION
     assert "SQL92" in refusals[0]["message"]
+
+
+def test_push_consumer_consumes_and_gets_a_failed_message_again(
+    grpc_broker: GrpcBroker, tmp_path: Path
+) -> None:
+    """The Python client's PushConsumer (QueryAssignment, ReceiveMessage, AckMessage,
+    ChangeInvisibleDuration for its retries): a message its listener consumes comes once, one
+    it fails comes again with the next delivery attempt."""
+    grpc_broker.topic("orders")
+    with running_client(
+        tmp_path / "c", grpc_broker.endpoint, "push", "--topic", "orders", "--group", "push-g",
+        "--count", "3", "--seconds", "60",
+    ) as consumer:  # fmt: skip
+        started(consumer, grpc_broker, "push-g")
+        send(grpc_broker, tmp_path / "p", "orders", "--body", "ok")
+        send(grpc_broker, tmp_path / "p", "orders", "--body", "fail")
+        consumer.wait_for("received", count=3, timeout=60)
+    received = consumer.of("received")
+    assert [m["delivery_attempt"] for m in received if m["body"] == "ok"] == [1]
+    failed = [m["delivery_attempt"] for m in received if m["body"] == "fail"]
+    assert failed[:2] == [1, 2]
+    assert all(m["corrupted"] is False for m in received)
