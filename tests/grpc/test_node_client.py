@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from broker_service.store import migrate
 from framework.signing import HalfmqAuth
 from tests.grpc.clients import GrpcBroker, client_log, errors, run_client, running_client
 from tests.grpc.test_acl import start
@@ -108,5 +110,44 @@ def test_wrong_secret_is_unauthorized_and_missing_pub_forbidden(
         assert "PERMISSION_DENIED" in refused["message"]
         stored = broker.get("/v1/messages?topic=transfers", auth=HalfmqAuth(OPERATOR))
         assert len(stored["messages"]) == 1  # Bob's commit only
+    finally:
+        broker.stop()
+
+
+def test_after_a_broker_restart_the_check_reaches_the_producer(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The half is sent, the broker restarts before its first check; the Node.js client renews
+    its Telemetry stream (and writes its Settings) a second after the old one ends, so the check
+    reaches it within two check intervals of the broker being ready again."""
+    migrate.upgrade(sqlite_url)
+    interval = 5.0
+    broker = GrpcBroker(
+        sqlite_url, tmp_path / "broker.log",
+        "--transaction-timeout-seconds", "3",
+        "--transaction-check-interval-seconds", str(interval),
+    )  # fmt: skip
+    broker.start(timeout=90)
+    try:
+        broker.topic("orders")
+        with running_client(
+            tmp_path / "home", broker.endpoint, "orphan", "--topic", "orders",
+            "--answer", "COMMIT", "--seconds", "90", node=True,
+        ) as client:  # fmt: skip
+            (half,) = client.wait_for("half")
+            broker.stop()
+            assert not client.of("checked")  # the restart came before the first check
+            broker.start(timeout=90)
+            ready = time.monotonic()
+            (checked,) = client.wait_for("checked", timeout=60)
+            assert time.monotonic() - ready <= 2 * interval
+            assert checked["message_id"] == half["message_id"]
+            wait_until(
+                lambda: (
+                    broker.get(f"/v1/transactions/{half['transaction_id']}")["state"] == "COMMITTED"
+                ),
+                30,
+                "the check's COMMIT after the restart",
+            )
     finally:
         broker.stop()
