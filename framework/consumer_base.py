@@ -269,8 +269,19 @@ class ConsumerBase(GroupMember[TransportT]):
     # -- the calls of one consumer ---------------------------------------------------------------
 
     def receive_call(self, free: int) -> protocol.Call[list[Message]]:
+        """An orderly group's batch handlers get their batches from one receive: the broker
+        hands out up to the largest ``batch_max`` consecutive messages of a queue (within the
+        prefetch room ``free``)."""
+        per_queue = 1
+        if self.orderly:
+            per_queue = max((h.options.batch_max or 1 for h in self.handlers), default=1)
         return protocol.receive(
-            self.group, self.client_id, free, self.invisible_seconds, self.wait_seconds
+            self.group,
+            self.client_id,
+            free,
+            self.invisible_seconds,
+            self.wait_seconds,
+            min(per_queue, free),
         )
 
     def nack_call(self, message: Message, delay_level: int | None = None) -> protocol.Call[str]:

@@ -146,6 +146,7 @@ async def receive(
         body.max_messages,
         body.invisible_seconds,
         body.wait_seconds,
+        max_per_queue=body.max_per_queue,
     )
     metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
     metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))

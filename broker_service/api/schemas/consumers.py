@@ -91,10 +91,18 @@ class ReceiveIn(Strict):
     wait_seconds: float = Field(
         0, ge=0, le=300, description="Long poll: answer as soon as a message is deliverable"
     )
-
-    _numbers = field_validator("max_messages", "invisible_seconds", "wait_seconds", mode="before")(
-        json_number
+    max_per_queue: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="Orderly groups: the most consecutive messages of one queue one receive "
+        "hands out (a batch consumer's batch size); other groups take up to max_messages "
+        "from a queue",
     )
+
+    _numbers = field_validator(
+        "max_messages", "invisible_seconds", "wait_seconds", "max_per_queue", mode="before"
+    )(json_number)
 
 
 class DeliveredOut(MessageOut):

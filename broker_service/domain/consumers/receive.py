@@ -10,8 +10,11 @@
 * **ack** ends in-flight deliveries still inside their invisibility; a stale handle acks nothing.
 * A queue's **committed offset** is its oldest open delivery's offset, else its pull offset: it never
   passes an unacked message, so a crash redelivers and never loses.
-* **Orderly** groups hand out at most one message per queue at a time, and nothing newer of a queue
-  while an older one is open (in flight or waiting for its retry).
+* **Orderly** groups hand out one message per queue at a time -- or, for a batch consumer, up to
+  ``max_per_queue`` consecutive ones at once -- and nothing newer of a queue while an older one is
+  open (in flight or waiting for its retry).  Due again, a queue's deliveries go out in offset
+  order, and none while an older one of the queue waits for its retry: the rest of a batch whose
+  head failed comes back behind the head, never before it.
 
 Groups are in :mod:`.groups`, acks and leases in :mod:`.leases`, retry and dead letters in
 :mod:`.retry`, an operator's view and offset resets in :mod:`.admin`.
@@ -31,6 +34,7 @@ from broker_service.domain.consumers.model import (
     PROP_RETRY_TOPIC,
     ConsumerGroup,
     Delivered,
+    Delivery,
     DeliveryState,
     NewDelivery,
     QueueProgress,
@@ -65,6 +69,7 @@ class _Claim:
     member: str  # who receives
     named_topic: str | None
     budget: int
+    per_queue: int  # the most one queue gives (an orderly group's batch; else the budget)
     now: int
     invisible_until: int
     delivered: list[Delivered] = field(default_factory=list)
@@ -101,6 +106,7 @@ class Receiver:
         max_messages: int,
         invisible_ms: int,
         touch: bool = True,
+        max_per_queue: int = 1,
     ) -> Callable[[StoreTx], ReceiveResult]:
         names.check_name(group_name, "consumer group")
         if topic_name is not None:
@@ -126,6 +132,7 @@ class Receiver:
                 member=client_id,
                 named_topic=topic_name,
                 budget=max_messages,
+                per_queue=max_per_queue if group.orderly else max_messages,
                 now=now,
                 invisible_until=now + invisible_ms,
             )
@@ -160,6 +167,8 @@ class Receiver:
             claim.next_due, claim.asked_next_due = tx.next_due_at(group.name), True
             self.leases.found_none_due(group.name, claim.now, claim.next_due)
             return
+        if group.orderly:
+            due_now = _behind_their_heads(tx, claim, due_now)
         for due in due_now:
             if claim.left <= 0:
                 break
@@ -220,7 +229,7 @@ class Receiver:
                 tx.oldest_open_offset(group.name, topic, queue_id, claim.client_key) is not None
             ):
                 continue
-            want = 1 if group.orderly else claim.left
+            want = min(claim.per_queue, claim.left)
             taken, pulled = self._scan(tx, claim, current, info, sources[topic], want)
             if pulled == current.pulled_offset:
                 continue
@@ -287,3 +296,19 @@ class Receiver:
         claim.delivered.append(
             Delivered(message, shown_topic(message), handle, reconsume_times, claim.invisible_until)
         )
+
+
+def _behind_their_heads(tx: StoreTx, claim: _Claim, due_now: list[Delivery]) -> list[Delivery]:
+    """An orderly group's due deliveries, each queue's in offset order, leaving out a queue whose
+    oldest open delivery is not among them (a retry still waiting for its time): a batch's
+    released rest waits behind its failed head and comes back with it, in order."""
+    queues: dict[tuple[str, int], list[Delivery]] = {}
+    for due in due_now:
+        queues.setdefault((due.topic, due.queue_id), []).append(due)
+    kept: list[Delivery] = []
+    for (topic, queue_id), dues in queues.items():
+        dues.sort(key=lambda d: d.queue_offset)
+        oldest = tx.oldest_open_offset(claim.group.name, topic, queue_id, claim.client_key)
+        if oldest is None or oldest >= dues[0].queue_offset:
+            kept.extend(dues)
+    return kept

@@ -97,9 +97,11 @@ class ConsumerService:
         max_messages: int,
         invisible_seconds: float,
         wait_seconds: float,
+        max_per_queue: int = 1,
     ) -> list[Delivered]:
         """Messages for this member: at once if any is deliverable, else as soon as one is (up to
-        ``wait_seconds``), else none."""
+        ``wait_seconds``), else none.  ``max_per_queue``: an orderly group's most consecutive
+        messages of one queue (a batch consumer's batch)."""
         if invisible_seconds <= 0:
             raise InvalidRequest(
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
@@ -109,7 +111,13 @@ class ConsumerService:
         while True:
             version = self.arrivals.version
             unit = self.receiver.receive(
-                group, client_id, topic, max_messages, invisible_ms, self._touch(group, client_id)
+                group,
+                client_id,
+                topic,
+                max_messages,
+                invisible_ms,
+                self._touch(group, client_id),
+                max_per_queue,
             )
             result = await self._claim(unit, lease_only=True)
             if len(result.delivered) >= max_messages:  # there may be more: wake another member
