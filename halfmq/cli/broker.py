@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -83,6 +84,8 @@ def _setting_options() -> list[inspect.Parameter]:
     parameters = []
     for name, field in BrokerSettings.model_fields.items():
         annotation = field.annotation
+        if typing.get_origin(annotation) is dict:
+            annotation = str  # "t1=g1,t2=g2": the setting's validator reads the pairs
         flag = "--" + name.replace("_", "-")
         decls = [f"{flag}/--no-{name.replace('_', '-')}"] if annotation is bool else [flag]
         if name in _ALIASES:

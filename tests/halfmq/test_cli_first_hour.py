@@ -106,6 +106,9 @@ MISSPELT = "accounts:\n  - accesKey: abcdefgh\n    secretKey: 12345678\n"
             "the SQLite file's directory {tmp}/nowhere does not exist",
         ),
         ({}, ["--port", "70000"], "port: Input should be less than or equal to 65535"),
+        # a mapping setting's flag is text the setting reads (not "a valid dictionary")
+        ({}, ["--grpc-producer-groups", "transfers"], "bad topic=group pair 'transfers'"),
+        ({}, ["--callback-ports", "70000"], "bad callback port '70000'"),
     ],
     ids=[
         "acl-missing",
@@ -121,6 +124,8 @@ MISSPELT = "accounts:\n  - accesKey: abcdefgh\n    secretKey: 12345678\n"
         "url-other-driver",
         "url-sqlite-missing-directory",
         "port-out-of-range",
+        "grpc-producer-groups-not-pairs",
+        "callback-port-out-of-range",
     ],
 )
 def test_bad_serve_input_is_one_clear_line(
