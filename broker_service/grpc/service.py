@@ -341,14 +341,15 @@ class MessagingService:
                 needs.append(Need.topic(message.topic.name, Perm.PUB))
                 if message.system_properties.message_type == convert.MessageType.TRANSACTION:
                     needs.append(Need.group(self.group_of(message.topic.name), Perm.PUB))
-            self._caller(context, needs)
-            entries = [await self._send_one(message) for message in request.messages]
+            caller = self._caller(context, needs)
+            client_id = caller.client_id or None  # a half's sender: check-back asks it first
+            entries = [await self._send_one(message, client_id) for message in request.messages]
             first_error = next((e.status for e in entries if e.status.code != Code.OK), None)
             return rpc.SendMessageResponse(status=first_error or ok(), entries=entries)
 
         return await self._answer("SendMessage", lambda s: rpc.SendMessageResponse(status=s), work)
 
-    async def _send_one(self, message: pb.Message) -> rpc.SendResultEntry:
+    async def _send_one(self, message: pb.Message, client_id: str | None) -> rpc.SendResultEntry:
         topic = message.topic.name
         try:
             draft = convert.draft_of(message)
@@ -359,7 +360,7 @@ class MessagingService:
                     duration = system.orphaned_transaction_recovery_duration
                     immunity = convert.duration_seconds(duration) or None
                 receipt = await self.served.transactions.prepare(
-                    topic, draft, self.group_of(topic), immunity
+                    topic, draft, self.group_of(topic), immunity, client_id
                 )
                 if not receipt.duplicate:
                     self.served.metrics.halves.inc()

@@ -7,8 +7,11 @@ store, so several brokers on one database never check one half twice, and decide
   goes to ``RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC``); it stays resolvable by its producer or an operator;
 * no instance of its producer group is live: skip it -- the round costs it nothing;
 * live instances, but every one is kept aside as unreachable: skip it too, uncounted, noting why;
-* otherwise choose one reachable live instance (round-robin, preferring instances that declared
-  the topic): a push instance gets an HTTP check now; a pull instance gets the check assigned.
+* otherwise choose one reachable live instance: the one that sent the half (``PROP_SENT_BY``,
+  when its transport named it) while it is live and reachable -- RocketMQ's open request, "check
+  the original producer first" -- else round-robin, preferring instances that declared the
+  topic: a push instance gets an HTTP check now; a pull instance gets the check assigned.  A
+  sender that never took its last pull check is passed over for one round.
 
 ``check_times`` counts only checks that reached an instance: a push check once the scheduler knows
 the producer received it (:meth:`CheckBack.delivered`: an answer, an error status, a time-out after
@@ -52,6 +55,7 @@ from broker_service.domain.ports import StoreTx
 from broker_service.domain.transactions.halves import unknown_transaction
 from broker_service.domain.transactions.model import (
     CHECKED,
+    PROP_SENT_BY,
     CheckFailure,
     CheckOutcome,
     ProducerInstance,
@@ -88,6 +92,7 @@ class CheckRequest:
     encoding: str
     properties: dict[str, str]
     check_times: int
+    sender: str | None = None  # the instance that sent the half: asked first while live
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +134,14 @@ def _pulled_unanswered(record: TransactionRecord, live: Sequence[ProducerInstanc
 
 
 def choose_instance(
-    instances: Sequence[ProducerInstance], topic: str, turn: int
+    instances: Sequence[ProducerInstance], topic: str, turn: int, sender: str | None = None
 ) -> ProducerInstance:
-    """Round-robin over the live instances, those that declared ``topic`` first."""
+    """The half's ``sender`` when it is among ``instances``; else round-robin over them, those
+    that declared ``topic`` first."""
+    if sender is not None:
+        for instance in instances:
+            if instance.client_id == sender:
+                return instance
     declared = [i for i in instances if topic in i.topics]
     pool = declared or list(instances)
     return pool[turn % len(pool)]
@@ -170,6 +180,7 @@ def check_request(record: TransactionRecord, half: StoredMessage, check_times: i
         encoding=half.encoding,
         properties=dict(half.properties),
         check_times=check_times,
+        sender=half.properties.get(PROP_SENT_BY),
     )
 
 
@@ -241,6 +252,8 @@ class CheckBack:
             self._note_undelivered(tx, request, error, now, report)
             not_taken = CheckOutcome("pull", failure=CheckFailure.TIMEOUT, error=error)
             self._trace_check(tx, record.msg_id, record, record.check_client_id, not_taken, now)
+            if record.check_client_id == request.sender:  # the others' turn, this round
+                request = replace(request, sender=None)
         elif _pulled_unanswered(record, live[group]):
             silent = CheckOutcome("pull", answer="UNKNOWN", error="no answer within an interval")
             self._trace_check(tx, record.msg_id, record, record.check_client_id, silent, now)
@@ -268,8 +281,9 @@ class CheckBack:
             uncounted = replace(request, check_times=request.check_times - 1)
             self._trace_check(tx, request.msg_id, uncounted, policy.broker_id, aside, now)
             return
-        instance = choose_instance(reachable, request.topic, self._turns[group])
-        self._turns[group] += 1
+        instance = choose_instance(reachable, request.topic, self._turns[group], request.sender)
+        if instance.client_id != request.sender:
+            self._turns[group] += 1
         # a push is in flight until well after it has had its answer; a pull waits an interval
         in_flight = policy.interval_ms
         if instance.push:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import orjson
 
 from broker_service.domain import names
-from broker_service.domain.errors import Conflict, NotFound, missing
+from broker_service.domain.errors import Conflict, InvalidRequest, NotFound, missing
 from broker_service.domain.ids import new_id
 from broker_service.domain.messages.model import (
     PROP_DECISION,
@@ -40,6 +40,7 @@ from broker_service.domain.messages.sending import Sender
 from broker_service.domain.ports import ResolveOutcome, SendUnit, StoreTx, TransactionUnit
 from broker_service.domain.transactions.model import (
     CHECKED,
+    PROP_SENT_BY,
     CheckOutcome,
     Decision,
     ResolvedBy,
@@ -90,10 +91,17 @@ class Transactions:
         draft: MessageDraft,
         producer_group: str,
         check_immunity_seconds: float | None = None,
+        client_id: str | None = None,
     ) -> Callable[[StoreTx], HalfReceipt]:
+        """``client_id``: the producer instance that sends the half, when its transport says
+        (a gRPC client's id): kept in the half (``PROP_SENT_BY``), check-back asks it first."""
         names.check_name(producer_group, "producer group")
         names.check_user_topic(topic_name)
         self.sender.check_draft(draft)
+        if PROP_SENT_BY in draft.properties:
+            raise InvalidRequest(
+                f"property {PROP_SENT_BY!r} is reserved for the broker", code="RESERVED_PROPERTY"
+            )
 
         def unit(tx: StoreTx) -> HalfReceipt:
             sender = self.sender
@@ -120,6 +128,8 @@ class Transactions:
                     PROP_TRANSACTION: "true",
                 }
             )
+            if client_id:
+                properties[PROP_SENT_BY] = client_id
             if draft.delay_level:
                 properties[PROP_DELAY_LEVEL] = str(draft.delay_level)
             elif draft.deliver_at is not None:
@@ -296,6 +306,7 @@ class Transactions:
         queue_id = int(properties.pop(PROP_REAL_QUEUE_ID))
         delay_level = properties.pop(PROP_DELAY_LEVEL, None)
         deliver_at_prop = properties.pop(PROP_DELIVER_AT, None)
+        properties.pop(PROP_SENT_BY, None)
         message = half.copy_to(topic, queue_id, stored_at=now, properties=properties)
         # A delay counts from the commit (RocketMQ delivers a delayed transactional message once,
         # its delay after the commit); an absolute deliver_at stays absolute.

@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+# The half's property naming the producer instance that sent it (its ``client_id``), set only by
+# the broker: check-back asks that instance first while it is live (RocketMQ's open request,
+# "check the original producer first").  Dropped from the committed message.
+PROP_SENT_BY = "SENT_BY_CLIENT"
+
 
 class TransactionState(StrEnum):
     PREPARED = "PREPARED"

@@ -64,8 +64,13 @@ class TransactionService:
         draft: MessageDraft,
         producer_group: str,
         check_immunity_seconds: float | None,
+        client_id: str | None = None,
     ) -> HalfReceipt:
-        unit = self.transactions.prepare(topic, draft, producer_group, check_immunity_seconds)
+        """``client_id``: the sending instance, when its transport names it (check-back asks it
+        first while it is live)."""
+        unit = self.transactions.prepare(
+            topic, draft, producer_group, check_immunity_seconds, client_id
+        )
         return await self.store.write(unit)
 
     async def resolve(
