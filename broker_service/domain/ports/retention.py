@@ -110,7 +110,8 @@ class RetentionStore(Protocol):
 
 class StoreUpkeep(Protocol):
     async def reclaim(self, purged: Mapping[str, int]) -> list[str]:
-        """After a purge round that deleted ``purged`` rows by table, outside its transactions:
+        """After every purge round (one that deleted nothing too; ``purged``: the rows it deleted
+        by table), outside its transactions:
         let the store make the space of deleted rows reusable where that takes more than the
         deletes (PostgreSQL's VACUUM).  The tables it reclaimed."""
         ...
