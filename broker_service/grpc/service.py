@@ -43,6 +43,7 @@ _DECISIONS = {
     pb.TransactionResolution.COMMIT: Decision.COMMIT,
     pb.TransactionResolution.ROLLBACK: Decision.ROLLBACK,
 }
+VIA = "grpc"  # the protocol the message trace names on what came through this port
 DEFAULT_INVISIBLE_SECONDS = 30.0
 RECEIVE_BATCH_MAX = 32
 NOT_IMPLEMENTED = (
@@ -398,6 +399,7 @@ class MessagingService:
                 self._guard(caller),
                 client_id=caller.client_id or None,
                 pull_answer=from_check,
+                via=VIA,
             )
             metrics = self.served.metrics
             metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()

@@ -182,6 +182,7 @@ class Transactions:
         client: str | None = None,
         pull_answer: bool = False,
         trace: bool = True,
+        via: str | None = None,
     ) -> TransactionUnit[Resolution]:
         """``may_end``: the caller's own condition on the transaction (the ACL's need on its
         topic), checked once it is read; it raises a ``DomainError`` to refuse.  The unit names
@@ -189,7 +190,8 @@ class Transactions:
         ``actor``: an operator's access key (ACL on); ``client``: the producer instance that
         asks (its ``client_id``), kept by the resolving update itself (no statement more);
         ``pull_answer``: a pull instance answering its check, traced as ``CHECKED`` when
-        ``trace``."""
+        ``trace``; ``via``: the protocol that answer came by, when not REST (``grpc``), in
+        that ``CHECKED`` event's detail."""
 
         def unit(tx: StoreTx) -> Resolution:
             found = tx.transaction_with_half(transaction_id)
@@ -234,7 +236,7 @@ class Transactions:
             if by is ResolvedBy.OPERATOR:
                 _trace_operator(tx, record, decision, actor, now)
             elif pull_answer:
-                latency = _trace_pull_answer(tx, record, decision, now, trace)
+                latency = _trace_pull_answer(tx, record, decision, now, trace, via)
             return Resolution(
                 transaction_id,
                 decision.final_state,
@@ -330,7 +332,12 @@ def _trace_operator(
 
 
 def _trace_pull_answer(
-    tx: StoreTx, record: TransactionRecord, decision: Decision, now: int, trace: bool
+    tx: StoreTx,
+    record: TransactionRecord,
+    decision: Decision,
+    now: int,
+    trace: bool,
+    via: str | None = None,
 ) -> int | None:
     """The ``CHECKED`` event of a pull check answered by this commit or rollback; its latency
     runs from when the instance took the check (``last_checked_at``)."""
@@ -339,6 +346,8 @@ def _trace_pull_answer(
     if trace:
         outcome = CheckOutcome("pull", answer=decision.value, latency_ms=latency)
         detail = outcome.detail(record.transaction_id, record.check_times)
+        if via is not None:
+            detail["via"] = via
         by = record.check_client_id or "check"
         tx.add_trace(record.msg_id, CHECKED, by, now, orjson.dumps(detail).decode())
     return latency

@@ -84,11 +84,13 @@ class TransactionService:
         actor: str | None = None,
         client_id: str | None = None,
         pull_answer: bool = False,
+        via: str | None = None,
     ) -> Resolution:
         """``actor``: the operator's access key (ACL on); ``client_id``: the producer instance
         that asks, when it says (kept as the transaction's ``resolved_client``); ``pull_answer``:
         a pull instance's answer to its check (``from_check`` over REST), traced as its
-        ``CHECKED`` event."""
+        ``CHECKED`` event; ``via``: the protocol when not REST (``grpc``), in that event's
+        detail."""
         trace = self.checkback.policy.trace
         unit = self.transactions.resolve(
             transaction_id,
@@ -100,6 +102,7 @@ class TransactionService:
             client=client_id,
             pull_answer=pull_answer,
             trace=trace,
+            via=via,
         )
         return await self.store.write(unit)
 
