@@ -10,6 +10,7 @@ from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.ports import MessageQuery
 from broker_service.domain.transactions.model import PROP_SENT_BY, Decision, ResolvedBy
 from tests.broker_service.domain.conftest import Domain
+from tests.support import BrokerApp
 
 
 async def test_a_half_naming_its_sender_itself_is_refused(domain: Domain) -> None:
@@ -34,3 +35,18 @@ async def test_the_sender_is_kept_in_the_half_and_left_out_of_the_commit(domain:
     (real,) = await domain.messages.query_messages(MessageQuery(topic="transfers", limit=10))
     assert PROP_SENT_BY not in real.properties
     assert real.properties["origin"] == "bank"
+
+
+async def test_over_rest_a_half_naming_its_sender_is_422_reserved_property(
+    broker: BrokerApp,
+) -> None:
+    await broker.topic("transfers", queues=2)
+    half = {
+        "topic": "transfers",
+        "producer_group": "bob",
+        "body": "x",
+        "properties": {PROP_SENT_BY: "someone-else"},
+    }
+    answer = await broker.client.post("/v1/transactions", json=half)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] == "RESERVED_PROPERTY"
