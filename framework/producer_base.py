@@ -247,7 +247,9 @@ class ProducerBase(GroupMember[TransportT]):
             message.topic, self.client_id, self.group, msg_id=message.msg_id, transactional=True
         ) as span:
             message = otel.stamped(message)
-            prepare = protocol.prepare(message, self.group, self.check_immunity_seconds)
+            prepare = protocol.prepare(
+                message, self.group, self.check_immunity_seconds, self.client_id
+            )
             receipt = yield from self._sent_flow([message], prepare)
             span.set("messaging.halfmq.transaction.id", receipt.transaction_id)
             message = message.evolve(transaction_id=receipt.transaction_id)

@@ -373,11 +373,18 @@ def send_batch(topic: str, messages: Sequence[Message]) -> Call[list[SendResult]
 
 
 def prepare(
-    message: Message, group: str, check_immunity_seconds: float | None = None
+    message: Message,
+    group: str,
+    check_immunity_seconds: float | None = None,
+    client_id: str | None = None,
 ) -> Call[HalfReceipt]:
+    """A half.  ``client_id``: this producer instance, which the broker's check-back asks first
+    while it is live."""
     body = {**to_wire(message), "topic": message.topic, "producer_group": group}
     if check_immunity_seconds is not None:
         body["check_immunity_seconds"] = check_immunity_seconds
+    if client_id is not None:
+        body["client_id"] = client_id
 
     def parse(answer: Answer) -> HalfReceipt:
         data = answer.json()

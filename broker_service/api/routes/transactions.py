@@ -37,7 +37,11 @@ async def store_half(request: Request, body: TransactionIn) -> dict[str, Any]:
     """One half stored, answered as ``HalfOut``: this route's work, and each item's of ``POST
     /v1/transactions:batch``."""
     receipt = await transactions_of(request).prepare(
-        body.topic, body.to_draft(), body.producer_group, body.check_immunity_seconds
+        body.topic,
+        body.to_draft(),
+        body.producer_group,
+        body.check_immunity_seconds,
+        body.client_id,
     )
     if not receipt.duplicate:
         metrics_of(request).halves.inc()

@@ -23,6 +23,11 @@ class TransactionIn(MessageIn):
     topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
     producer_group: str = Field(json_schema_extra=NAME_SCHEMA)
     check_immunity_seconds: float | None = Field(None, ge=0, le=86_400 * 7)
+    client_id: Annotated[Text, Field(min_length=1, max_length=255)] | None = Field(
+        None,
+        description="The producer instance that sends the half (the client_id it heartbeats "
+        "with): check-back asks it first while it is live",
+    )
 
     _immunity = field_validator("check_immunity_seconds", mode="before")(json_number)
 
