@@ -60,7 +60,10 @@ def demo(
     )
     try:
         result = run(config, console)
-    except (KeyboardInterrupt, Interrupted) as exc:
+    except BaseException as error:
+        exc = _interruption(error)
+        if exc is None:
+            raise
         # run() stopped every process it started; transfer threads still blocked on a dead bank
         # must not hold the exit up, so leave at once.
         what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
@@ -69,3 +72,17 @@ def demo(
         os._exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
     render(result, console)
     raise typer.Exit(result.exit_code)
+
+
+def _interruption(error: BaseException) -> BaseException | None:
+    """The Ctrl-C or SIGTERM behind ``error``, if one is.  A signal can land inside a lock's own
+    code (a thread pool's ``submit``); the error that escapes then (``RuntimeError: release
+    unlocked lock``) has the interrupt as its context, and the exit must still say interrupted."""
+    seen: BaseException | None = error
+    for _ in range(16):  # a context chain is short; a cycle must not hold the exit up
+        if seen is None:
+            return None
+        if isinstance(seen, KeyboardInterrupt | Interrupted):
+            return seen
+        seen = seen.__context__
+    return None

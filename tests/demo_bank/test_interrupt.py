@@ -92,3 +92,24 @@ def test_interrupted_demo_stops_every_process_it_started(
                 os.kill(pid, signal.SIGKILL)
         if demo.stdout is not None:
             demo.stdout.close()
+
+
+def test_an_error_raised_while_an_interrupt_is_handled_still_exits_as_interrupted() -> None:
+    """A signal that lands inside a lock's own code (a thread pool's submit) surfaces as
+    ``RuntimeError: release unlocked lock`` with the interrupt as its context: the demo still
+    exits 130 / 143, as for the bare interrupt (seen once in a full run)."""
+    from demo_bank.runner import Interrupted
+    from halfmq.cli.demo import _interruption
+
+    def chained(first: BaseException) -> BaseException:
+        try:
+            try:
+                raise first
+            except BaseException:
+                raise RuntimeError("release unlocked lock") from None
+        except RuntimeError as error:
+            return error
+
+    assert isinstance(_interruption(chained(KeyboardInterrupt())), KeyboardInterrupt)
+    assert isinstance(_interruption(chained(Interrupted("signal 15"))), Interrupted)
+    assert _interruption(RuntimeError("a real bug")) is None
