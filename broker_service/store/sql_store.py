@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from broker_service.acl import nonces
 from broker_service.domain.errors import DomainError, NotReady
 from broker_service.domain.ports import Readiness, dedup_keys_of, transactions_of
+from broker_service.domain.retention.model import TABLES
 from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
 from broker_service.store.concurrent import ConcurrentUnits
@@ -43,15 +44,7 @@ _CLOSE_WAIT_SECONDS = 10.0
 # The tables the purge and the nonces' expiry delete from, and when a purge round vacuums them
 # (PostgreSQL): once their dead rows reach _DEAD_MIN and a twentieth of their live rows, each at
 # most once every _VACUUM_SPACING_SECONDS (an operator's rounds back to back).
-RECLAIMED = (
-    "messages",
-    "message_keys",
-    "transactions",
-    "deliveries",
-    "trace_events",
-    "purged_ids",
-    "acl_nonces",
-)
+RECLAIMED = (*TABLES, "acl_nonces")
 _DEAD_MIN = 1_000
 _DEAD_SHARE = 20
 _VACUUM_SPACING_SECONDS = 30.0
