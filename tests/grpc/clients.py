@@ -89,10 +89,18 @@ class RmqClient:
         self._reader.start()
 
     def _read(self) -> None:
+        """The client's JSON lines; a line cut short by a kill is not one, and a pipe closed by
+        :meth:`kill` ends the reading."""
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
+        try:
+            for line in self.process.stdout:
+                if line.startswith("{"):
+                    try:
+                        self.events.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        continue
+        except ValueError:  # read from a closed pipe: the client was killed and its pipe closed
+            return
 
     def of(self, event: str) -> list[dict[str, Any]]:
         return [e for e in list(self.events) if e["event"] == event]
