@@ -83,6 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker_bench import PG_BASE, free_port
 from loadgen import Connection
 
+from broker_service.store.sql_store import RECLAIMED
 from framework.signing import Credentials, HalfmqAuth, sign_headers
 
 TOPIC, GROUP, QUEUES = "soak", "soak-group", 4
@@ -91,16 +92,9 @@ RECEIVE_MAX = 32
 FLAT = 1.10  # the most of the last half over the reference at most this: flat
 TARGET = 0.90  # sends during purge rounds over sends without
 ROWS = ("messages", "deliveries", "purged_ids")
-# PostgreSQL: the tables the purge and the nonces' expiry delete from, sampled for dead rows.
-PURGED = (
-    "messages",
-    "message_keys",
-    "transactions",
-    "deliveries",
-    "trace_events",
-    "purged_ids",
-    "acl_nonces",
-)
+# PostgreSQL: the tables the purge and the nonces' expiry delete from (the store's own list,
+# which its vacuum reads), sampled for dead rows.
+PURGED = RECLAIMED
 ADMIN = Credentials("soak-admin-key", "soak-admin-secret-0123456789")
 ACL_FILE = f"""\
 globalWhiteRemoteAddresses:
