@@ -203,6 +203,9 @@ producers = Table(
     Column("last_error_at", Millis, nullable=True),
     # The access key its heartbeat was signed with (ACL on): push checks are signed with its secret.
     Column("access_key", String(128), nullable=True),
+    # What the client says it is (PYTHON, JAVA, NODE_JS, ... and its version), for the console.
+    Column("language", String(32), nullable=True),
+    Column("client_version", String(64), nullable=True),
     PrimaryKeyConstraint("producer_group", "client_id"),
     Index("ix_producers_heartbeat", "producer_group", "last_heartbeat_at"),
 )
@@ -235,6 +238,8 @@ consumers = Table(
     Column("consumer_group", String(255), nullable=False),
     Column("client_id", String(255), nullable=False),
     Column("last_seen_at", Millis, nullable=False),
+    Column("language", String(32), nullable=True),
+    Column("client_version", String(64), nullable=True),
     PrimaryKeyConstraint("consumer_group", "client_id"),
 )
 
@@ -398,4 +403,17 @@ brokers = Table(
     Column("store_kind", String(16), nullable=False),  # sqlite | postgresql
     Column("started_at", Millis, nullable=False),
     Column("last_seen_at", Millis, nullable=False),
+    Column("grpc_address", String(255), nullable=True),  # host:port of its gRPC listener, if any
+)
+
+# The Settings each RocketMQ 5 gRPC client last wrote down its Telemetry stream (serialized
+# protobuf, opaque to the store): a stream that reopens under the same client id, on any broker
+# sharing the store, is registered with them at once (broker_service.grpc.telemetry).
+grpc_clients = Table(
+    "grpc_clients",
+    metadata,
+    Column("client_id", String(255), primary_key=True),
+    Column("access_key", String(128), nullable=True),
+    Column("settings", LargeBinary, nullable=False),
+    Column("updated_at", Millis, nullable=False),
 )
