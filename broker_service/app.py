@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
@@ -24,6 +24,7 @@ from broker_service.console.mount import mount_console
 from broker_service.domain.audit.service import AuditService
 from broker_service.domain.brokers.model import BrokerPresence
 from broker_service.domain.brokers.service import PresenceService
+from broker_service.domain.clients.service import ClientService
 from broker_service.domain.clock import now_ms
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.consumers.wakeup import Arrivals, ArrivalsStore
@@ -104,6 +105,10 @@ class Broker:
             await self.acl.start()
         if self.acl_reload is not None:
             self.acl_reload.start()
+        if self.grpc is not None:  # on the running loop: uvicorn's, in a broker process
+            await self.grpc.start()
+            # its bound port in this broker's row: QueryRoute answers every live broker's
+            self.presence.me = replace(self.presence.me, grpc_address=self.grpc.address)
         self.beats.start()  # every broker, schedulers or not: it shares the store
         if settings.scheduler:
             self.delays.start()
@@ -111,8 +116,6 @@ class Broker:
             self.checks.start()
         if self.purges is not None:
             self.purges.start()
-        if self.grpc is not None:  # on the running loop: uvicorn's, in a broker process
-            await self.grpc.start()
 
     async def stop(self) -> None:
         if self.grpc is not None:
@@ -222,7 +225,9 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         delays=DelayScheduler(messages),
         checks=checks,
         purges=purges,
-        grpc=grpc_server(settings, transactions, messages, consumers, metrics, hub, acl),
+        grpc=grpc_server(
+            settings, transactions, messages, consumers, metrics, hub, acl, presence, clock
+        ),
     )
 
 
@@ -234,6 +239,8 @@ def grpc_server(
     metrics: BrokerMetrics,
     hub: PullHub,
     acl: AclRuntime | None,
+    presence: PresenceService,
+    clock: Callable[[], int],
 ) -> GrpcServer | None:
     """RocketMQ 5's gRPC port when ``grpc_port`` is set; a port that would expose signed clients
     without TLS refuses the start (:func:`check_listen`)."""
@@ -259,6 +266,8 @@ def grpc_server(
         max_body_bytes=settings.max_message_bytes,
         receive_max_wait_seconds=settings.receive_max_wait_seconds,
         acl_window_ms=int(settings.acl_window_seconds * 1000),
+        presence=presence,
+        clients=ClientService(transactions.store, clock),
     )
     return GrpcServer(served, listen)
 

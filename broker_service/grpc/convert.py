@@ -4,6 +4,7 @@ delivered or checked message to a ``Message``, times to ``Timestamp`` / ``Durati
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import zlib
 from collections.abc import Mapping
 
@@ -38,6 +39,21 @@ def duration_seconds(value: Duration) -> float:
 def to_duration(seconds: float) -> Duration:
     whole = int(seconds)
     return Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))
+
+
+def endpoints_of(address: str) -> pb.Endpoints:
+    """``host:port`` (``[v6]:port``) as a route's endpoints."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        scheme = (
+            pb.AddressScheme.IPv6
+            if ipaddress.ip_address(host).version == 6
+            else pb.AddressScheme.IPv4
+        )
+    except ValueError:
+        scheme = pb.AddressScheme.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
 
 
 def draft_of(message: pb.Message) -> MessageDraft:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer_to_server
 
+from broker_service.grpc.convert import endpoints_of
 from broker_service.grpc.service import MessagingService, Served
 
 log = logging.getLogger("halfmq.grpc")
@@ -71,16 +73,16 @@ class GrpcServer:
 
     def endpoints(self) -> pb.Endpoints:
         """This port's address, for a route whose request did not say how it reached us."""
+        return endpoints_of(f"{self.listen.host}:{self.port}")
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of this port as the brokers list keeps it (a wildcard host is the
+        machine's name: what another machine would reach)."""
         host = self.listen.host
-        try:
-            scheme = (
-                pb.AddressScheme.IPv6
-                if ipaddress.ip_address(host).version == 6
-                else pb.AddressScheme.IPv4
-            )
-        except ValueError:
-            scheme = pb.AddressScheme.DOMAIN_NAME
-        return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=self.port)])
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
         limit = self.served.max_body_bytes + _FRAME_SLACK

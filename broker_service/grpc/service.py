@@ -21,6 +21,8 @@ from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
 from broker_service.acl.model import Need, Perm
 from broker_service.acl.runtime import AclRuntime
+from broker_service.domain.brokers.service import PresenceService
+from broker_service.domain.clients.service import ClientService
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import DomainError, Forbidden, InvalidRequest
 from broker_service.domain.messages.service import MessageService
@@ -79,6 +81,8 @@ class Served:
     max_body_bytes: int
     receive_max_wait_seconds: float
     acl_window_ms: int
+    presence: PresenceService  # the brokers sharing the store: QueryRoute lists the live ones
+    clients: ClientService  # the gRPC clients' profiles and last Settings, kept in the store
 
 
 class MessagingService:
@@ -161,12 +165,13 @@ class MessagingService:
     # -- route and heartbeat ---------------------------------------------------------------------
 
     async def QueryRoute(self, request: rpc.QueryRouteRequest, context: Any) -> Any:
+        """The topic's queues, dealt in turn to every live broker with a gRPC port (all brokers
+        sharing the store serve every queue, so a client's sends and streams spread over them)."""
+
         async def work() -> rpc.QueryRouteResponse:
             self._caller(context, [])
             view = await self.served.messages.get_topic(request.topic.name)
-            endpoints = self.endpoints()
-            if request.endpoints.addresses:  # the address the client reached this broker by
-                endpoints = request.endpoints
+            brokers = await self._route_brokers(request.endpoints)
             accepts = _accepted_types(view.topic.ordered)
             queues = [
                 pb.MessageQueue(
@@ -176,14 +181,31 @@ class MessagingService:
                     ),
                     id=queue.queue_id,
                     permission=pb.Permission.READ_WRITE,
-                    broker=pb.Broker(name=self.served.broker_name, id=0, endpoints=endpoints),
+                    broker=brokers[i % len(brokers)],
                     accept_message_types=accepts,
                 )
-                for queue in view.queues
+                for i, queue in enumerate(view.queues)
             ]
             return rpc.QueryRouteResponse(status=ok(), message_queues=queues)
 
         return await self._answer("QueryRoute", lambda s: rpc.QueryRouteResponse(status=s), work)
+
+    async def _route_brokers(self, reached: pb.Endpoints) -> list[pb.Broker]:
+        """This broker (by the address the client reached it at, when the request says) and the
+        other live brokers with a gRPC port, in the order of their names: every broker answers
+        the same route.  Without the list (the store not ready) this broker alone."""
+        own = reached if reached.addresses else self.endpoints()
+        brokers = {self.served.broker_name: pb.Broker(name=self.served.broker_name, endpoints=own)}
+        try:
+            seen = await self.served.presence.brokers()
+        except Exception as error:  # the route still works: it names this broker only
+            log.warning("QueryRoute names this broker only: the brokers list failed: %r", error)
+            seen = []
+        for broker in seen:
+            address, name = broker.presence.grpc_address, broker.presence.broker_id
+            if broker.live and address and name not in brokers:
+                brokers[name] = pb.Broker(name=name, endpoints=convert.endpoints_of(address))
+        return [brokers[name] for name in sorted(brokers)]
 
     async def Heartbeat(self, request: rpc.HeartbeatRequest, context: Any) -> Any:
         async def work() -> rpc.HeartbeatResponse:
@@ -210,6 +232,8 @@ class MessagingService:
             return
         session = Session(caller, caller.access_key)
         reader = asyncio.create_task(self._read_telemetry(requests, session, context))
+        if caller.client_id:  # a known client's stream counts at once, before its Settings
+            self._background(self._recall(session))
         try:
             while True:
                 command = await session.outgoing.get()
@@ -236,39 +260,82 @@ class MessagingService:
     async def _settings(
         self, session: Session, settings: pb.Settings, context: Any
     ) -> rpc.TelemetryCommand:
+        """The client's Settings: applied, kept in the store, answered with the broker's."""
+
         def build(s: pb.Status) -> rpc.TelemetryCommand:
             return rpc.TelemetryCommand(status=s)
 
         async def work() -> rpc.TelemetryCommand:
-            if settings.client_type == _PRODUCER:
-                caller = self._caller(context, [])
-                topics = [topic.name for topic in settings.publishing.topics]
-                session.settings = settings
-                session.producer_topics = [t for t in topics if self._may_publish(caller, t)]
-                await self.registry.register_producer(session)
-                return rpc.TelemetryCommand(status=ok(), settings=self._producer_settings(settings))
-            if settings.client_type in _CONSUMERS:
-                subscription = settings.subscription
-                group = subscription.group.name
-                caller = self._caller(context, [])
-                for entry in subscription.subscriptions:
-                    # one it may not read is not subscribed; its receives are refused FORBIDDEN
-                    # a SQL92 one neither: each receive says ILLEGAL_FILTER_EXPRESSION
-                    sql = entry.expression.type == pb.FilterType.SQL
-                    if not sql and self._may_read(caller, group, entry.topic.name):
-                        await self._subscribe(group, entry.topic.name, entry.expression)
-                session.settings = settings
-                self.registry.register(session)
-                reply = self._consumer_settings(settings)
-                return rpc.TelemetryCommand(status=ok(), settings=reply)
-            raise Failed(
-                status(
-                    Code.UNRECOGNIZED_CLIENT_TYPE,
-                    f"client type {pb.ClientType.Name(settings.client_type)} is not supported",
-                )
-            )
+            reply = await self._apply(session, settings, self._caller(context, []))
+            await self._remember(session, settings)
+            return rpc.TelemetryCommand(status=ok(), settings=reply)
 
         return await self._answer("Telemetry", build, work)
+
+    async def _apply(self, session: Session, settings: pb.Settings, caller: Caller) -> pb.Settings:
+        """Register the stream's client as its Settings describe it; the broker's settings."""
+        if settings.client_type == _PRODUCER:
+            topics = [topic.name for topic in settings.publishing.topics]
+            session.settings = settings
+            session.producer_topics = [t for t in topics if self._may_publish(caller, t)]
+            await self.registry.register_producer(session)
+            return self._producer_settings(settings)
+        if settings.client_type in _CONSUMERS:
+            subscription = settings.subscription
+            group = subscription.group.name
+            for entry in subscription.subscriptions:
+                # one it may not read is not subscribed; its receives are refused FORBIDDEN
+                # a SQL92 one neither: each receive says ILLEGAL_FILTER_EXPRESSION
+                sql = entry.expression.type == pb.FilterType.SQL
+                if not sql and self._may_read(caller, group, entry.topic.name):
+                    await self._subscribe(group, entry.topic.name, entry.expression)
+            session.settings = settings
+            self.registry.register(session)
+            return self._consumer_settings(settings)
+        raise Failed(
+            status(
+                Code.UNRECOGNIZED_CLIENT_TYPE,
+                f"client type {pb.ClientType.Name(settings.client_type)} is not supported",
+            )
+        )
+
+    async def _remember(self, session: Session, settings: pb.Settings) -> None:
+        """Keep the client's Settings (and what it says it is) in the store: a stream it reopens
+        on any broker sharing the store is registered with them at once (:meth:`_recall`)."""
+        agent = settings.user_agent
+        language = pb.Language.Name(agent.language) if agent.language else "UNKNOWN"
+        try:
+            await self.served.clients.remember(
+                session.client_id,
+                session.access_key,
+                language,
+                agent.version,
+                settings.SerializeToString(),
+            )
+        except Exception as error:  # registered all the same; only a reopened stream waits
+            log.warning("settings of %s not kept: %r", session.client_id, error)
+
+    async def _recall(self, session: Session) -> None:
+        """A stream opened under a client id the store knows: registered at once with the
+        Settings that client last wrote (on any broker), under the same access key only.
+
+        RocketMQ's Python client 5.1.2 rebuilds a broken stream without writing its Settings
+        again until its next periodic sync (every 300 s); without this, the checks of a
+        producer whose broker restarted would wait for that sync."""
+        try:
+            profile = await self.served.clients.recall(session.client_id)
+            if profile is None or profile.access_key != session.access_key:
+                return
+            if session.settings is not None:  # its own Settings came first
+                return
+            settings = pb.Settings.FromString(profile.settings)
+            await self._apply(session, settings, session.caller)
+        except Exception as error:  # its own Settings register it when they come
+            log.warning(
+                "stream of %s not registered from kept settings: %r", session.client_id, error
+            )
+            return
+        log.info("stream of %s registered with the Settings it last wrote", session.client_id)
 
     def _may_publish(self, caller: Caller, topic: str) -> bool:
         """PUB on the topic and its producer group: only then is the producer an instance of

@@ -54,6 +54,7 @@ class Session:
     producer_topics: list[str] = field(default_factory=list)
     outgoing: asyncio.Queue[rpc.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
     pumps: list[asyncio.Task[None]] = field(default_factory=list)
+    closed: bool = False  # its stream ended: never registered again
 
     @property
     def client_id(self) -> str:
@@ -103,18 +104,22 @@ class Registry:
     async def register_producer(self, session: Session) -> None:
         """A producer's Settings: live in each of its groups now (it need not wait for its first
         heartbeat), and its checks pumped down its stream."""
+        if session.closed:
+            return
         old = self.sessions.get(session.client_id)
         if old is not None and old is not session:
             self.close(old)
         self.sessions[session.client_id] = session
         await self.heartbeat(session)
-        if not session.pumps:
+        if not session.pumps and not session.closed:  # it may have ended while we wrote
             session.pumps = [
                 asyncio.create_task(self._pump(session, group), name=f"halfmq-grpc-checks-{group}")
                 for group in self.groups(session)
             ]
 
     def register(self, session: Session) -> None:
+        if session.closed:
+            return
         old = self.sessions.get(session.client_id)
         if old is not None and old is not session:
             self.close(old)
@@ -142,6 +147,7 @@ class Registry:
 
     def close(self, session: Session) -> None:
         """The stream ended (or a newer one of the same client replaced it)."""
+        session.closed = True
         for task in session.pumps:
             task.cancel()
         session.pumps = []

@@ -18,6 +18,7 @@ class BrokerPart(SqlPart):
             "store_kind": presence.store_kind,
             "started_at": presence.started_at,
             "last_seen_at": presence.last_seen_at,
+            "grpc_address": presence.grpc_address,
         }
         stmt = self._insert()(brokers).values(**values)
         changed = {name: stmt.excluded[name] for name in values if name != "broker_id"}
@@ -37,6 +38,7 @@ class BrokerPart(SqlPart):
                 store_kind=row.store_kind,
                 started_at=int(row.started_at),
                 last_seen_at=int(row.last_seen_at),
+                grpc_address=row.grpc_address,
             )
             for row in result
         ]

@@ -203,9 +203,6 @@ producers = Table(
     Column("last_error_at", Millis, nullable=True),
     # The access key its heartbeat was signed with (ACL on): push checks are signed with its secret.
     Column("access_key", String(128), nullable=True),
-    # What the client says it is (PYTHON, JAVA, NODE_JS, ... and its version), for the console.
-    Column("language", String(32), nullable=True),
-    Column("client_version", String(64), nullable=True),
     PrimaryKeyConstraint("producer_group", "client_id"),
     Index("ix_producers_heartbeat", "producer_group", "last_heartbeat_at"),
 )
@@ -238,8 +235,6 @@ consumers = Table(
     Column("consumer_group", String(255), nullable=False),
     Column("client_id", String(255), nullable=False),
     Column("last_seen_at", Millis, nullable=False),
-    Column("language", String(32), nullable=True),
-    Column("client_version", String(64), nullable=True),
     PrimaryKeyConstraint("consumer_group", "client_id"),
 )
 
@@ -406,14 +401,17 @@ brokers = Table(
     Column("grpc_address", String(255), nullable=True),  # host:port of its gRPC listener, if any
 )
 
-# The Settings each RocketMQ 5 gRPC client last wrote down its Telemetry stream (serialized
+# Each RocketMQ 5 gRPC client by its id (broker_service.domain.clients): what it says it is, for
+# the console and the trace, and the Settings it last wrote down its Telemetry stream (serialized
 # protobuf, opaque to the store): a stream that reopens under the same client id, on any broker
-# sharing the store, is registered with them at once (broker_service.grpc.telemetry).
+# sharing the store, is registered with them at once.
 grpc_clients = Table(
     "grpc_clients",
     metadata,
     Column("client_id", String(255), primary_key=True),
     Column("access_key", String(128), nullable=True),
+    Column("language", String(32), nullable=False),  # PYTHON, JAVA, NODE_JS, ...
+    Column("client_version", String(64), nullable=False),
     Column("settings", LargeBinary, nullable=False),
     Column("updated_at", Millis, nullable=False),
 )

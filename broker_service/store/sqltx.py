@@ -34,6 +34,7 @@ from broker_service.store.acl import AclPart
 from broker_service.store.audit import AuditPart
 from broker_service.store.brokers import BrokerPart
 from broker_service.store.checks import CheckPart
+from broker_service.store.clients import ClientPart
 from broker_service.store.consumers import GroupPart
 from broker_service.store.deliveries import DeliveryPart
 from broker_service.store.fastpath import driver_errors
@@ -79,6 +80,7 @@ class SqlTx(
     RetentionPart,
     AuditPart,
     BrokerPart,
+    ClientPart,
 ):
     def __init__(self, conn: Connection, *, defer_resolutions: bool = False) -> None:
         """``defer_resolutions`` (PostgreSQL; the writer sets it for a batch of several units):

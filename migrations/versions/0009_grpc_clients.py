@@ -1,5 +1,5 @@
-"""RocketMQ 5 gRPC clients: each broker's gRPC listener, a client's language and version, the
-Settings a gRPC client last wrote
+"""RocketMQ 5 gRPC clients: each broker's gRPC listener; each gRPC client's language, version and
+the Settings it last wrote
 
 Revision ID: 0009
 Revises: 0008
@@ -24,17 +24,16 @@ def upgrade() -> None:
     # live broker's.  Nullable columns without defaults: no table rewrite.
     with op.batch_alter_table("brokers") as batch:
         batch.add_column(sa.Column("grpc_address", sa.String(length=255), nullable=True))
-    # What a client says it is (PYTHON, JAVA, NODE_JS... and its version), for the console.
-    for table in ("producers", "consumers"):
-        with op.batch_alter_table(table) as batch:
-            batch.add_column(sa.Column("language", sa.String(length=32), nullable=True))
-            batch.add_column(sa.Column("client_version", sa.String(length=64), nullable=True))
-    # The Settings a gRPC client last wrote down its Telemetry stream (serialized protobuf): a
-    # stream that reopens under the same client id, on any broker, is registered with them at once.
+    # Each gRPC client by its id: what it says it is (PYTHON, JAVA, NODE_JS... and its version;
+    # the console and the trace show it) and the Settings it last wrote down its Telemetry stream
+    # (serialized protobuf): a stream that reopens under the same client id, on any broker, is
+    # registered with them at once.
     op.create_table(
         "grpc_clients",
         sa.Column("client_id", sa.String(length=255), primary_key=True),
         sa.Column("access_key", sa.String(length=128), nullable=True),
+        sa.Column("language", sa.String(length=32), nullable=False),
+        sa.Column("client_version", sa.String(length=64), nullable=False),
         sa.Column("settings", sa.LargeBinary(), nullable=False),
         sa.Column("updated_at", sa.BigInteger(), nullable=False),
     )
@@ -42,9 +41,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("grpc_clients")
-    for table in ("consumers", "producers"):
-        with op.batch_alter_table(table) as batch:
-            batch.drop_column("client_version")
-            batch.drop_column("language")
     with op.batch_alter_table("brokers") as batch:
         batch.drop_column("grpc_address")

@@ -12,7 +12,8 @@ LIVE_BEATS = 3
 @dataclass(frozen=True, slots=True)
 class BrokerPresence:
     """One broker's row: ``address`` is the ``host:port`` it listens on, ``store_kind`` the
-    store's dialect (``sqlite`` or ``postgresql``), times in ms since the epoch."""
+    store's dialect (``sqlite`` or ``postgresql``), times in ms since the epoch;
+    ``grpc_address`` the ``host:port`` of its RocketMQ 5 gRPC port, if it has one."""
 
     broker_id: str
     address: str
@@ -20,6 +21,7 @@ class BrokerPresence:
     store_kind: str
     started_at: int
     last_seen_at: int
+    grpc_address: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@
 :class:`RetentionStore`   the purge: queue heads, readers' positions, bounded deletes
 :class:`AuditStore`       the console's audit log of operator actions
 :class:`BrokerStore`      the brokers sharing the store, each seen at its beats
+:class:`ClientStore`      the RocketMQ 5 clients' profiles and last settings
 ========================  =================================================================
 
 A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Store` runs units
@@ -19,6 +20,7 @@ from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.audit import AuditStore
 from broker_service.domain.ports.brokers import BrokerStore
 from broker_service.domain.ports.checks import CheckStore
+from broker_service.domain.ports.clients import ClientStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
 from broker_service.domain.ports.retention import RetentionStore, StoreUpkeep
@@ -41,6 +43,7 @@ __all__ = [
     "AuditStore",
     "BrokerStore",
     "CheckStore",
+    "ClientStore",
     "ConsumerStore",
     "MessageQuery",
     "MessageStore",

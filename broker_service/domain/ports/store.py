@@ -23,6 +23,7 @@ from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.audit import AuditStore
 from broker_service.domain.ports.brokers import BrokerStore
 from broker_service.domain.ports.checks import CheckStore
+from broker_service.domain.ports.clients import ClientStore
 from broker_service.domain.ports.consumers import ConsumerStore
 from broker_service.domain.ports.messages import MessageStore
 from broker_service.domain.ports.retention import RetentionStore
@@ -40,6 +41,7 @@ class StoreTx(
     RetentionStore,
     AuditStore,
     BrokerStore,
+    ClientStore,
     Protocol,
 ):
     """One store transaction: every role a unit of work may use."""
