@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 import uvicorn
+from fastapi import FastAPI
 
 from demo_bank import db
 from demo_bank.settings import BankSettings
@@ -20,17 +21,32 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_
 def _serve(bank: str, settings: BankSettings) -> None:
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     db.upgrade(settings.database_url)
-    if bank == "bob":
-        from demo_bank.bob import create_app
-    else:
-        from demo_bank.smith import create_app
     uvicorn.run(
-        create_app(settings),
+        _app(bank, settings),
         host=settings.host,
         port=settings.port,
         log_level="warning",
         access_log=False,
     )
+
+
+def _app(bank: str, settings: BankSettings) -> FastAPI:
+    """The bank on halfmq's framework (REST) or on RocketMQ's Python client (gRPC)."""
+    if settings.clients == "rocketmq":
+        if bank == "bob":
+            from demo_bank import rmq_bob
+
+            return rmq_bob.create_app(settings)
+        from demo_bank import rmq_smith
+
+        return rmq_smith.create_app(settings)
+    if bank == "bob":
+        from demo_bank import bob
+
+        return bob.create_app(settings)
+    from demo_bank import smith
+
+    return smith.create_app(settings)
 
 
 Port = Annotated[int | None, typer.Option(help="Listen port (DEMO_BANK_PORT)")]

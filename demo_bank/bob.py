@@ -112,33 +112,41 @@ def build_producer(
     )
 
     @producer.transactional(TOPIC, session_factory=sessions)
-    def debit(session: Session, message: Message, order: TransferOrder) -> State | None:
-        moved = session.execute(
-            update(accounts)
-            .where(accounts.c.account_id == order.from_account)
-            .where(accounts.c.balance >= order.amount)
-            .values(balance=accounts.c.balance - order.amount)
-        )
-        if moved.rowcount != 1:  # type: ignore[attr-defined]
-            known = session.execute(
-                select(accounts.c.account_id).where(accounts.c.account_id == order.from_account)
-            ).first()
-            order.refusal = "INSUFFICIENT_FUNDS" if known else "ACCOUNT_NOT_FOUND"
+    def local_transaction(session: Session, message: Message, order: TransferOrder) -> State | None:
+        if debit(session, order) is State.ROLLBACK_MESSAGE:
             return State.ROLLBACK_MESSAGE
-        session.execute(
-            insert(transfers).values(
-                transfer_id=order.transfer_id,
-                account_id=order.from_account,
-                counterparty=order.to_account,
-                amount=order.amount,
-                direction=DEBIT,
-                created_at=now_ms(),
-            )
-        )
         faults.arm(session, message.transaction_id, order.fault)
         return None  # commit
 
     return producer
+
+
+def debit(session: Session, order: TransferOrder) -> State | None:
+    """Bob's local transaction: debit only if the money is there, and the ``DEBIT`` ledger row.
+    ``ROLLBACK_MESSAGE`` (with ``order.refusal`` saying why) when it may not; None to commit."""
+    moved = session.execute(
+        update(accounts)
+        .where(accounts.c.account_id == order.from_account)
+        .where(accounts.c.balance >= order.amount)
+        .values(balance=accounts.c.balance - order.amount)
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        known = session.execute(
+            select(accounts.c.account_id).where(accounts.c.account_id == order.from_account)
+        ).first()
+        order.refusal = "INSUFFICIENT_FUNDS" if known else "ACCOUNT_NOT_FOUND"
+        return State.ROLLBACK_MESSAGE
+    session.execute(
+        insert(transfers).values(
+            transfer_id=order.transfer_id,
+            account_id=order.from_account,
+            counterparty=order.to_account,
+            amount=order.amount,
+            direction=DEBIT,
+            created_at=now_ms(),
+        )
+    )
+    return None
 
 
 def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None = None) -> FastAPI:

@@ -20,7 +20,7 @@ from demo_bank.processes import (
     free_port,
     stop_all,
 )
-from demo_bank.settings import TOPIC
+from demo_bank.settings import BOB_GROUP, SMITH_GROUP, TOPIC, BankSettings
 from demo_bank.stores import Stores
 from framework.signing import Credentials
 
@@ -36,12 +36,17 @@ BROKER_SETTINGS = {
 }
 
 
+CLIENTS = ("halfmq", "rocketmq")
+RMQ_PRODUCER_EXPIRY = "15"  # seconds; RocketMQ's Python client heartbeats every 10 s
+
+
 @dataclass
 class Cluster:
     broker: Service
     bob: Service
     smith: Service
     keys: DemoKeys
+    clients: str = "halfmq"  # halfmq (the framework, REST) | rocketmq (RocketMQ's client, gRPC)
 
     def operator(self, timeout: float = 10) -> httpx.Client:
         """A client on the broker that signs as the operator (an admin account)."""
@@ -55,6 +60,12 @@ class Cluster:
         self.broker.start()
         with self.operator() as client:
             client.post("/v1/topics", json={"name": TOPIC, "queues": 4}).raise_for_status()
+            if self.clients == "rocketmq":
+                # A RocketMQ consumer's group is made on its first subscription, at the end of
+                # the topic; made here, it starts at the beginning with Smith's retry count.
+                group = {"name": SMITH_GROUP, "consume_from": "FIRST_OFFSET",
+                         "max_reconsume_times": BankSettings().max_reconsume_times}  # fmt: skip
+                client.post("/v1/consumer-groups", json=group).raise_for_status()
         errors: list[ServiceError] = []
 
         def start(service: Service) -> None:
@@ -77,18 +88,44 @@ class Cluster:
         stop_all([self.broker])
 
 
-def make_cluster(stores: Stores, folder: Path, seed: int, faults: bool) -> Cluster:
-    """The three services, not started; writes ``folder/plain_acl.yml`` with fresh keys."""
+def make_cluster(
+    stores: Stores, folder: Path, seed: int, faults: bool, clients: str = "halfmq"
+) -> Cluster:
+    """The three services, not started; writes ``folder/plain_acl.yml`` with fresh keys.
+    ``clients="rocketmq"``: the broker also serves gRPC on loopback, Bob's gRPC producer is put
+    in group ``bob-bank`` (``grpc_producer_groups``: the same ACL entry and check-backs as
+    REST), and each bank runs on RocketMQ's Python client with its own ``HOME`` in ``folder``
+    (the client writes its logs under ``~/logs``)."""
+    if clients not in CLIENTS:
+        raise ValueError(f"--clients is halfmq or rocketmq, not {clients!r}")
     keys = new_keys()
     acl_file = write_acl(folder, keys)
     broker_port = free_port()
     broker_url = f"http://127.0.0.1:{broker_port}"
     settings = {**BROKER_SETTINGS, "acl_file": str(acl_file)}
+    grpc: dict[str, str] = {}
+    if clients == "rocketmq":
+        grpc_port = free_port()
+        settings |= {
+            "grpc_port": str(grpc_port),
+            "grpc_producer_groups": f"{TOPIC}={BOB_GROUP}",
+            # The Python client heartbeats every 10 s: a shorter expiry would let Bob's instance
+            # lapse between heartbeats and hold his checks up (a killed Bob's stream closes, and
+            # that sets him aside at once).
+            "producer_expiry_seconds": RMQ_PRODUCER_EXPIRY,
+        }
+        grpc = {"DEMO_BANK_CLIENTS": clients, "DEMO_BANK_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}"}
     broker = broker_service(stores.broker, broker_port, folder / "broker.log", settings)
 
-    def env(database_url: str, credentials: Credentials) -> dict[str, str]:
+    def env(bank: str, database_url: str, credentials: Credentials) -> dict[str, str]:
+        home: dict[str, str] = {}
+        if grpc:
+            (folder / "rocketmq-home" / bank).mkdir(parents=True, exist_ok=True)
+            home = {"HOME": str((folder / "rocketmq-home" / bank).resolve())}
         return {
             **bank_env(credentials),
+            **grpc,
+            **home,
             "DEMO_BANK_DATABASE_URL": database_url,
             "DEMO_BANK_BROKER": broker_url,
             "DEMO_BANK_FAULTS": "true" if faults else "false",
@@ -96,6 +133,7 @@ def make_cluster(stores: Stores, folder: Path, seed: int, faults: bool) -> Clust
             "DEMO_BANK_SEED": str(seed),
         }
 
-    bob = bank_service("bob", free_port(), folder / "bob.log", env(stores.bob, keys.bob))
-    smith = bank_service("smith", free_port(), folder / "smith.log", env(stores.smith, keys.smith))
-    return Cluster(broker, bob, smith, keys)
+    bob_env, smith_env = env("bob", stores.bob, keys.bob), env("smith", stores.smith, keys.smith)
+    bob = bank_service("bob", free_port(), folder / "bob.log", bob_env)
+    smith = bank_service("smith", free_port(), folder / "smith.log", smith_env)
+    return Cluster(broker, bob, smith, keys, clients)

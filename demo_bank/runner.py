@@ -45,6 +45,11 @@ from demo_bank.settings import BOB_GROUP, SMITH_GROUP
 from demo_bank.stores import DEFAULT_PG, Stores, postgresql_stores, sqlite_stores
 from demo_bank.traffic import Fate, Traffic
 
+CLIENT_NAMES = {
+    "halfmq": "clients: halfmq's framework (REST)",
+    "rocketmq": "clients: RocketMQ's Python client (gRPC)",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class DemoConfig:
@@ -58,6 +63,7 @@ class DemoConfig:
     pg_prefix: str = "halfmq_demo"
     settle_timeout: float = 90.0
     reconcile: bool = True
+    clients: str = "halfmq"  # halfmq | rocketmq (the banks on RocketMQ's Python client, gRPC)
 
 
 @dataclass
@@ -125,7 +131,9 @@ def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
             "everything else runs and every invariant is checked"
         )
     stores = prepare_stores(config)
-    plan = make_plan(config.transfers, config.seed, config.faults)
+    plan = make_plan(
+        config.transfers, config.seed, config.faults, broker_restart=config.clients == "halfmq"
+    )
     result = DemoResult(config, plan, stores)
 
     def say(text: str, label: str = "fault") -> None:
@@ -134,7 +142,7 @@ def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
 
     for log in ("broker.log", "bob.log", "smith.log", "reconcile.log"):
         (config.run_dir / log).unlink(missing_ok=True)
-    cluster = make_cluster(stores, config.run_dir, config.seed, config.faults)
+    cluster = make_cluster(stores, config.run_dir, config.seed, config.faults, config.clients)
     with _terminate_raises():
         try:
             migrate.upgrade(stores.broker)
@@ -144,7 +152,8 @@ def run(config: DemoConfig, console: Console | None = None) -> DemoResult:
             console.print(
                 f"broker pid {cluster.broker.pid} {cluster.broker.url} · Bob pid {cluster.bob.pid} "
                 f"{cluster.bob.url} · Smith pid {cluster.smith.pid} {cluster.smith.url} · "
-                f"store {config.store} · logs in {config.run_dir}/"
+                f"store {config.store} · {CLIENT_NAMES[config.clients]} · "
+                f"logs in {config.run_dir}/"
             )
             began = time.monotonic()
             _send(cluster, plan, config, result, console, say)

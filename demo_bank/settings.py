@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -14,6 +16,12 @@ class BankSettings(BaseSettings):
 
     database_url: str = "sqlite:///./bank.db"
     broker: str = "http://127.0.0.1:9876"
+    clients: Literal["halfmq", "rocketmq"] = Field(
+        "halfmq", description="halfmq's framework (REST) or RocketMQ 5's Python client (gRPC)"
+    )
+    grpc_endpoint: str = Field(
+        "127.0.0.1:8081", description="The broker's gRPC port (--clients rocketmq)"
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     faults: bool = Field(False, description="Honour the demo's fault hooks (never in production)")

@@ -54,28 +54,34 @@ def build_consumer(
     )
 
     @consumer.subscribe(TOPIC, idempotent=sessions, ack_mode=AckMode.BATCH)
-    def credit(session: Session, message: Message) -> None:
+    def handle(session: Session, message: Message) -> None:
         transfer: dict[str, Any] = orjson.loads(message.body)
         flaky.maybe_fail(transfer["transfer_id"], message.reconsume_times)
-        moved = session.execute(
-            update(accounts)
-            .where(accounts.c.account_id == transfer["to"])
-            .values(balance=accounts.c.balance + transfer["amount"])
-        )
-        if moved.rowcount != 1:  # type: ignore[attr-defined]
-            raise UnknownAccount(f"transfer {transfer['transfer_id']}: no account {transfer['to']}")
-        session.execute(
-            insert(transfers).values(
-                transfer_id=transfer["transfer_id"],
-                account_id=transfer["to"],
-                counterparty=transfer["from"],
-                amount=transfer["amount"],
-                direction=CREDIT,
-                created_at=now_ms(),
-            )
-        )
+        credit(session, transfer)
 
     return consumer
+
+
+def credit(session: Session, transfer: dict[str, Any]) -> None:
+    """Credit the receiver and write the ``CREDIT`` ledger row; raises :class:`UnknownAccount`
+    for an account Smith's bank does not have."""
+    moved = session.execute(
+        update(accounts)
+        .where(accounts.c.account_id == transfer["to"])
+        .values(balance=accounts.c.balance + transfer["amount"])
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        raise UnknownAccount(f"transfer {transfer['transfer_id']}: no account {transfer['to']}")
+    session.execute(
+        insert(transfers).values(
+            transfer_id=transfer["transfer_id"],
+            account_id=transfer["to"],
+            counterparty=transfer["from"],
+            amount=transfer["amount"],
+            direction=CREDIT,
+            created_at=now_ms(),
+        )
+    )
 
 
 def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None = None) -> FastAPI:

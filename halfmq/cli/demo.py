@@ -31,6 +31,13 @@ def demo(
     settle_timeout: Annotated[
         float, typer.Option(help="Seconds to wait for everything to settle")
     ] = 90.0,
+    clients: Annotated[
+        str,
+        typer.Option(
+            help="The banks' clients: halfmq (the framework, REST) or rocketmq (RocketMQ 5's "
+            "Python client on the broker's gRPC port)"
+        ),
+    ] = "halfmq",
     reconcile: Annotated[
         bool,
         typer.Option(
@@ -46,6 +53,8 @@ def demo(
 
     if store not in ("sqlite", "postgresql"):
         raise typer.BadParameter("sqlite or postgresql", param_hint="--store")
+    if clients not in ("halfmq", "rocketmq"):
+        raise typer.BadParameter("halfmq or rocketmq", param_hint="--clients")
     console = Console()
     config = DemoConfig(
         transfers=transfers,
@@ -57,6 +66,7 @@ def demo(
         pg_url=pg_url,
         settle_timeout=settle_timeout,
         reconcile=reconcile,
+        clients=clients,
     )
     try:
         result = run(config, console)
