@@ -111,6 +111,8 @@ class Registry:
             self.close(old)
         self.sessions[session.client_id] = session
         await self.heartbeat(session)
+        for group in self.groups(session):  # a stream that opens is proof it can be reached
+            await self.transactions.back_in_reach(group, session.client_id)
         if not session.pumps and not session.closed:  # it may have ended while we wrote
             session.pumps = [
                 asyncio.create_task(self._pump(session, group), name=f"halfmq-grpc-checks-{group}")

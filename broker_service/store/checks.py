@@ -76,6 +76,15 @@ _undelivered = (
     .returning(t.undelivered_since)
 )
 
+_reachable = (
+    update(producers)
+    .where(
+        producers.c.producer_group == bindparam("b_group"),
+        producers.c.client_id == bindparam("b_client"),
+        producers.c.unreachable_until.is_not(None),
+    )
+    .values(unreachable_until=None)
+)
 _unreachable = (
     update(producers)
     .where(
@@ -279,6 +288,9 @@ class CheckPart(SqlPart):
             "b_now": now,
         }
         self.conn.execute(_unreachable, params)
+
+    def mark_reachable(self, group: str, client_id: str) -> None:
+        self.conn.execute(_reachable, {"b_group": group, "b_client": client_id})
 
     def undelivered_halves(self, before: int) -> int:
         return int(self.conn.execute(_undelivered_before, {"before": before}).scalar_one())

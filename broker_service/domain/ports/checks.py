@@ -27,6 +27,9 @@ class CheckStore(Protocol):
     def mark_unreachable(
         self, group: str, client_id: str, *, until: int, error: str, now: int
     ) -> None: ...
+    def mark_reachable(self, group: str, client_id: str) -> None:
+        """Checks may go to the instance again at once (its last error stays, as history)."""
+        ...
 
     # rounds
     def claim_due_transactions(self, now: int, limit: int) -> list[TransactionRecord]:

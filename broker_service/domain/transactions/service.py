@@ -168,6 +168,11 @@ class TransactionService:
             lambda tx: tx.mark_unreachable(group, client_id, until=until, error=error, now=now)
         )
 
+    async def back_in_reach(self, group: str, client_id: str) -> None:
+        """An instance set aside can take checks again (a gRPC producer's stream reopened): the
+        next round may choose it at once, without waiting out ``unreachable_ms``."""
+        await self.store.write(lambda tx: tx.mark_reachable(group, client_id))
+
     async def producer_group(self, group: str) -> list[ProducerInstance]:
         names.check_name(group, "producer group")
         return await self.store.read(lambda tx: tx.list_producers(group))
