@@ -13,10 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, select
 
+from broker_service.store import migrate
 from broker_service.store import schema as broker_schema
+from demo_bank.processes import bank_service, free_port, stop_all
 from tests.demo_bank.test_runner import (
     N,
     assert_no_secret_leaked,
@@ -24,6 +27,8 @@ from tests.demo_bank.test_runner import (
     ledger,
     seed_with_every_fault,
 )
+from tests.grpc.clients import GrpcBroker, errors, run_client
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -106,3 +111,84 @@ def test_demo_on_rocketmq_clients_keeps_every_invariant_and_reconciles(tmp_path:
         logs = list((run_dir / "rocketmq-home" / bank / "logs").rglob("*.log"))
         assert any(p.stat().st_size for p in logs), bank
     assert_no_secret_leaked(run_dir, output)
+
+
+def smith_deliveries(url: str) -> list[tuple[str, str, int]]:
+    """Smith's group's deliveries: (msg_id, state, reconsume_times), in order."""
+    d = broker_schema.deliveries
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = (
+                select(d.c.msg_id, d.c.state, d.c.reconsume_times)
+                .where(d.c.consumer_group == "smith-bank")
+                .order_by(d.c.id)
+            )
+            return [(m, s, int(r)) for m, s, r in conn.execute(query)]
+    finally:
+        engine.dispose()
+
+
+def test_smith_on_a_simple_consumer_retries_a_failure_and_credits_a_transfer_once(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Smith's bank on RocketMQ's SimpleConsumer (its own process), every first delivery failing
+    (flaky 100 %): the transfer's first delivery fails and comes again (attempt 2) within
+    seconds, which credits it; the same transfer published a second time -- a duplicate, as
+    at-least-once delivery allows -- is acked without a second credit (the inbox)."""
+    migrate.upgrade(sqlite_url)
+    broker = GrpcBroker(sqlite_url, tmp_path / "broker.log")
+    broker.start(timeout=90)
+    smith = bank_service(
+        "smith", free_port(), tmp_path / "smith.log",
+        {
+            "DEMO_BANK_CLIENTS": "rocketmq",
+            "DEMO_BANK_GRPC_ENDPOINT": broker.endpoint,
+            "DEMO_BANK_DATABASE_URL": f"sqlite:///{tmp_path / 'smith.db'}",
+            "DEMO_BANK_FAULTS": "true",
+            "DEMO_BANK_FLAKY_PERCENT": "100",
+            "HOME": str(tmp_path / "smith-home"),
+        },
+    )  # fmt: skip
+    try:
+        broker.topic("transfers", queues=2)
+        group = {"name": "smith-bank", "consume_from": "FIRST_OFFSET", "max_reconsume_times": 3}
+        assert httpx.post(f"{broker.url}/v1/consumer-groups", json=group).status_code == 201
+        smith.start(timeout=90)
+        opened = httpx.post(f"{smith.url}/accounts", json={"account_id": "smith-1", "balance": 0})
+        assert opened.status_code == 201, opened.text
+        body = json.dumps({"transfer_id": "t-dup", "from": "bob-1", "to": "smith-1", "amount": 500})
+        sent = []
+        for n in (1, 2):
+            events = run_client(
+                tmp_path / f"producer-{n}", broker.endpoint, "send",
+                "--topic", "transfers", "--body", body, "--key", "t-dup",
+            )  # fmt: skip
+            assert not errors(events), events
+            sent += [e["message_id"] for e in events if e["event"] == "sent"]
+            if n == 1:  # credited before the duplicate is sent
+                wait_until(
+                    lambda: httpx.get(f"{smith.url}/transfers/t-dup").status_code == 200,
+                    60,
+                    "the credit",
+                )
+
+        def settled() -> bool:
+            view = broker.get("/v1/consumer-groups/smith-bank")
+            done = [s for _, s, _ in smith_deliveries(sqlite_url) if s == "ACKED"]
+            return len(done) == 2 and not (view["lag"] or view["in_flight"] or view["retrying"])
+
+        wait_until(settled, 60, "both messages acked")
+        ledger_rows = httpx.get(f"{smith.url}/transfers/t-dup").json()["entries"]
+        balance = httpx.get(f"{smith.url}/accounts/smith-1").json()
+    finally:
+        stop_all([smith])
+        broker.stop()
+    first, second = sent
+    assert smith_deliveries(sqlite_url) == [
+        (first, "EXPIRED", 0),  # failed, its lease cut to 1 s
+        (first, "ACKED", 1),  # attempt 2: credited
+        (second, "ACKED", 0),  # the duplicate: acked, not credited
+    ]
+    assert [(r["direction"], r["amount"]) for r in ledger_rows] == [("CREDIT", 500)]
+    assert balance["balance"] == 500
