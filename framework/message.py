@@ -143,13 +143,6 @@ class TransactionSendResult:
     error: BaseException | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HalfReceipt:
-    transaction_id: str
-    msg_id: str
-    duplicate: bool = False
-
-
 def to_wire(message: Message) -> dict[str, Any]:
     """The message as docs/api.md's JSON ("A message as sent"), only the fields that are set."""
     if isinstance(message.body, str):

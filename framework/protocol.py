@@ -32,7 +32,10 @@ from framework.errors import (
     UnexpectedAnswerError,
     broker_error,
 )
-from framework.message import HalfReceipt, Message, SendResult, from_wire, to_wire
+from framework.message import Message, SendResult, from_wire, to_wire
+from halfmq_wire.errors import read_error
+from halfmq_wire.records import AckResult as AckResult  # the contract's records, re-exported
+from halfmq_wire.records import HalfReceipt as HalfReceipt
 
 T = TypeVar("T")
 
@@ -199,12 +202,10 @@ class Attempts(Generic[T]):
 def read_envelope(answer: Answer) -> tuple[str, str, dict[str, Any]] | None:
     """The contract's ``{"error": {"code", "message", "detail"}}``, or None for any other body."""
     try:
-        envelope = answer.json()["error"]
-        code, message = str(envelope["code"]), str(envelope["message"])
-        detail = envelope.get("detail") or {}
-    except (ValueError, TypeError, KeyError):
+        data = answer.json()
+    except ValueError:
         return None
-    return code, message, detail if isinstance(detail, dict) else {"detail": detail}
+    return read_error(data)
 
 
 def parse_error(answer: Answer, fields: Mapping[str, str]) -> BrokerError:
@@ -387,8 +388,7 @@ def prepare(
         body["client_id"] = client_id
 
     def parse(answer: Answer) -> HalfReceipt:
-        data = answer.json()
-        return HalfReceipt(data["transaction_id"], data["msg_id"], bool(data.get("duplicate")))
+        return HalfReceipt.from_json(answer.json())
 
     return Call(
         "POST",
@@ -473,12 +473,6 @@ def create_topic(name: str, queues: int | None = None, order: bool = False) -> C
 # -- consumer groups ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class AckResult:
-    acked: int
-    stale: tuple[str, ...] = ()
-
-
 def create_group(
     name: str,
     *,
@@ -538,8 +532,7 @@ def receive(
 
 def ack(group: str, handles: Sequence[str]) -> Call[AckResult]:
     def parse(answer: Answer) -> AckResult:
-        data = answer.json()
-        return AckResult(int(data["acked"]), tuple(data.get("stale") or ()))
+        return AckResult.from_json(answer.json())
 
     return Call(
         "POST",

@@ -10,52 +10,67 @@ Outgoing: :func:`sign_headers` builds the ``Authorization: HALFMQ-HMAC-SHA256 ..
 generator drives both).
 
 Incoming: the broker signs each push check with the producer's own keys (the ones it heartbeats
-with).  :func:`verify_headers` is the pure check of one request's headers (the client-side twin of
-the broker's verifier), and a :class:`CheckVerifier` adds what a check server remembers: the
-nonces already seen inside the window.  Both raise :class:`~framework.errors.SignatureRejected`
-with the broker's own 401 codes.
+with).  :func:`verify_headers` is the pure check of one request's headers, and a
+:class:`CheckVerifier` adds what a check server remembers: the nonces already seen inside the
+window.  Both raise :class:`~framework.errors.SignatureRejected` with the broker's own 401 codes.
 
-This is the client's own implementation of the documented canonical form: it shares no code with
-the broker, so each side is a check on the other.
+The canonical request, its HMAC (the standard library's ``hmac``), the header names and how they
+are read are the wire contract's (:mod:`halfmq_wire.signature`), which the broker's verifier uses
+too; docs/acl.md's worked examples (tests/framework/test_signing.py) check it from outside.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import heapq
-import hmac
 import os
-import re
-import secrets
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
-from urllib.parse import quote, unquote_to_bytes
 
 import httpx
 
 from framework.errors import ConfigurationError, SignatureRejected
+from halfmq_wire import signature as wire
+from halfmq_wire.signature import (
+    ACCESS_KEY_HEADER,
+    ALGORITHM,
+    HEADERS,
+    NONCE_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WINDOW_MS,
+    SignedRequest,
+    body_sha256,
+)
 
-ALGORITHM = "HALFMQ-HMAC-SHA256"
-ACCESS_KEY_HEADER = "X-HalfMQ-AccessKey"
-TIMESTAMP_HEADER = "X-HalfMQ-Timestamp"
-NONCE_HEADER = "X-HalfMQ-Nonce"
-SIGNATURE_HEADER = "X-HalfMQ-Signature"
+__all__ = [
+    "ACCESS_KEY_ENV",
+    "ACCESS_KEY_HEADER",
+    "ALGORITHM",
+    "AUTHORIZATION_HEADER",
+    "HEADERS",
+    "NONCE_HEADER",
+    "SECRET_KEY_ENV",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "WINDOW_MS",
+    "CheckVerifier",
+    "Credentials",
+    "CredentialsLike",
+    "HalfmqAuth",
+    "SignedCheck",
+    "canonical_request",
+    "check_verifier",
+    "resolve_credentials",
+    "sign_headers",
+    "verify_headers",
+]
 ACCESS_KEY_ENV = "HALFMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "HALFMQ_SECRET_KEY"
-HEADERS = (ACCESS_KEY_HEADER, TIMESTAMP_HEADER, NONCE_HEADER, SIGNATURE_HEADER)
-AUTHORIZATION_HEADER = "Authorization"
-WINDOW_MS = 300_000  # a signed request is good for ±5 minutes of the receiver's clock
-
-_TIMESTAMP = re.compile(r"[0-9]{1,15}")
-_NONCE = re.compile(r"[A-Za-z0-9_-]{8,128}")
-_SIGNATURE = re.compile(r"[0-9a-f]{64}")
-_AUTHORIZATION = re.compile(
-    ALGORITHM + r" AccessKey=([^,]*), ?Timestamp=([^,]*), ?Nonce=([^,]*), ?Signature=([^,]*)"
-)
+AUTHORIZATION_HEADER = wire.AUTHORIZATION
+SignedCheck = SignedRequest  # a check whose signature verified: who signed it, when, its nonce
 
 
 @dataclass(frozen=True)
@@ -118,36 +133,26 @@ def sign_headers(
     nonce: str | None = None,
 ) -> dict[str, str]:
     """The ``Authorization`` header that signs this request (``path`` percent-encoded, as on the
-    wire)."""
-    timestamp = str(_now_ms() if now_ms is None else now_ms)
-    if nonce is None:
-        nonce = secrets.token_urlsafe(18)  # 24 characters of the nonce's alphabet
-    elif not _NONCE.fullmatch(nonce):
-        raise ValueError("a nonce is 8-128 characters of A-Z a-z 0-9 _ -")
-    access_key = credentials.access_key
-    canonical = canonical_request(method, path, raw_query, body, timestamp, nonce, access_key)
-    signature = _signature(credentials, canonical)
-    return {
-        AUTHORIZATION_HEADER: f"{ALGORITHM} AccessKey={access_key}, Timestamp={timestamp}, "
-        f"Nonce={nonce}, Signature={signature}"
-    }
+    wire); a nonce that is not 8-128 of ``A-Z a-z 0-9 _ -`` is a ``ValueError``."""
+    return wire.sign(
+        credentials.access_key,
+        credentials.secret_key,
+        method,
+        path,
+        raw_query,
+        body,
+        _now_ms() if now_ms is None else now_ms,
+        nonce,
+    )
 
 
 def canonical_request(
     method: str, path: str, raw_query: str, body: bytes, timestamp: str, nonce: str, access_key: str
 ) -> str:
-    """The eight lines that are signed (docs/acl.md, "The canonical request")."""
-    lines = (
-        ALGORITHM,
-        method.upper(),
-        path,
-        _canonical_query(raw_query),
-        hashlib.sha256(body).hexdigest(),
-        timestamp,
-        nonce,
-        access_key,
+    """The eight lines that are signed (docs/acl.md, "The canonical request"), of a body."""
+    return wire.canonical_request(
+        method, path, raw_query, body_sha256(body), timestamp, nonce, access_key
     )
-    return "\n".join(lines)
 
 
 class HalfmqAuth(httpx.Auth):
@@ -171,15 +176,6 @@ class HalfmqAuth(httpx.Auth):
 # -- verifying a signed request (the broker's push checks) ---------------------------------------
 
 
-@dataclass(frozen=True)
-class SignedCheck:
-    """A request whose signature verified: who signed it, when, and its nonce."""
-
-    access_key: str
-    timestamp_ms: int
-    nonce: str
-
-
 def verify_headers(
     credentials: Credentials,
     headers: Mapping[str, str],
@@ -198,36 +194,25 @@ def verify_headers(
     then the timestamp within ``window_ms`` of ``now_ms`` (``TIMESTAMP_SKEWED``).  ``path`` is as
     received, still percent-encoded; ``raw_query`` what follows ``?``.  The nonce is the caller's
     to remember (:class:`CheckVerifier`).  Raises :class:`~framework.errors.SignatureRejected`."""
-    access_key, timestamp, nonce, signature = _read_headers(headers)
-    if access_key != credentials.access_key:
-        raise SignatureRejected(
-            "ACCESS_KEY_UNKNOWN",
-            f"access key {access_key!r} is not the one this producer heartbeats with",
-            {"access_key": access_key},
+
+    def secret_for(access_key: str) -> str | None:
+        return credentials.secret_key if access_key == credentials.access_key else None
+
+    try:
+        fields = wire.signed_fields(wire.raw_headers(headers))
+        return wire.verify(
+            fields,
+            method,
+            path,
+            raw_query,
+            body_sha256(body),
+            now_ms,
+            secret_for,
+            window_ms,
+            receiver="producer",
         )
-    canonical = canonical_request(method, path, raw_query, body, timestamp, nonce, access_key)
-    if not hmac.compare_digest(_signature(credentials, canonical), signature):
-        raise SignatureRejected(
-            "SIGNATURE_INVALID",
-            "the signature does not match the request: a forged or altered check, or the "
-            "broker holds another secret key for this access key",
-            {"access_key": access_key},
-        )
-    timestamp_ms = int(timestamp)
-    skew_ms = timestamp_ms - now_ms
-    if abs(skew_ms) > window_ms:
-        raise SignatureRejected(
-            "TIMESTAMP_SKEWED",
-            f"the request's timestamp is {skew_ms / 1000:+.3f} s from this producer's clock "
-            f"(allowed: ±{window_ms / 1000:g} s): an old request replayed, or a clock is off",
-            {
-                "producer_time_ms": now_ms,
-                "request_time_ms": timestamp_ms,
-                "skew_seconds": skew_ms / 1000,
-                "window_seconds": window_ms / 1000,
-            },
-        )
-    return SignedCheck(access_key, timestamp_ms, nonce)
+    except wire.SignatureError as refused:
+        raise SignatureRejected(refused.code.value, refused.message, refused.detail) from None
 
 
 class CheckVerifier:
@@ -293,73 +278,5 @@ def check_verifier(credentials: Credentials | None) -> CheckVerifier | None:
     return None if credentials is None else CheckVerifier(credentials)
 
 
-def _read_headers(headers: Mapping[str, str]) -> tuple[str, str, str, str]:
-    lowered = {name.lower(): value for name, value in headers.items()}
-    names: tuple[str, ...] = HEADERS
-    values = [lowered.get(name.lower(), "") for name in HEADERS]
-    authorization = lowered.get("authorization", "")
-    if authorization.startswith(ALGORITHM):
-        found = _AUTHORIZATION.fullmatch(authorization)
-        if found is None:
-            raise SignatureRejected(
-                "SIGNATURE_INVALID",
-                f"the Authorization header is malformed: it must be {ALGORITHM} AccessKey=..., "
-                "Timestamp=..., Nonce=..., Signature=...",
-                {"header": AUTHORIZATION_HEADER},
-            )
-        names = tuple(f"{AUTHORIZATION_HEADER} {name}" for name in _AUTHORIZATION_FIELDS)
-        values = list(found.groups())
-    missing = [name for name, value in zip(names, values, strict=True) if not value]
-    if not any(values):
-        missing = [AUTHORIZATION_HEADER]
-    if missing:
-        raise SignatureRejected(
-            "SIGNATURE_MISSING",
-            f"the request is not signed: missing {', '.join(missing)}",
-            {"missing": missing},
-        )
-    access_key, timestamp, nonce, signature = values
-    for name, value, pattern, form in (
-        (names[1], timestamp, _TIMESTAMP, "Unix epoch milliseconds, in decimal"),
-        (names[2], nonce, _NONCE, "8-128 characters of A-Z a-z 0-9 _ -"),
-        (names[3], signature, _SIGNATURE, "64 lowercase hexadecimal digits"),
-    ):
-        if not pattern.fullmatch(value):
-            raise SignatureRejected(
-                "SIGNATURE_INVALID", f"{name} is malformed: it must be {form}", {"header": name}
-            )
-    return access_key, timestamp, nonce, signature
-
-
-_AUTHORIZATION_FIELDS = ("AccessKey", "Timestamp", "Nonce", "Signature")
-
-
-def _signature(credentials: Credentials, canonical: str) -> str:
-    """HMAC-SHA256 (the standard library's ``hmac``), hex, from the HMAC keyed once per secret
-    and copied per request."""
-    mac = _keyed(credentials.secret_key).copy()
-    mac.update(canonical.encode("utf-8"))
-    return mac.hexdigest()
-
-
-@functools.lru_cache(maxsize=64)
-def _keyed(secret_key: str) -> hmac.HMAC:
-    return hmac.new(secret_key.encode("utf-8"), digestmod=hashlib.sha256)
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _canonical_query(raw_query: str) -> str:
-    if not raw_query:
-        return ""
-    pairs = sorted(
-        (_encode(key), _encode(value))
-        for key, _, value in (piece.partition("=") for piece in raw_query.split("&") if piece)
-    )
-    return "&".join(f"{key}={value}" for key, value in pairs)
-
-
-def _encode(component: str) -> str:
-    return quote(unquote_to_bytes(component), safe="-_.~")

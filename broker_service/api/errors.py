@@ -1,4 +1,8 @@
-"""Every non-2xx answer is ``{"error": {"code", "message", "detail"}}`` -- never a stack trace."""
+"""Every non-2xx answer is ``{"error": {"code", "message", "detail"}}`` -- never a stack trace.
+
+The envelope's shape is the wire contract's (:mod:`halfmq_wire.errors`, which the client reads
+with); this module maps the domain's errors and the web framework's to it, and keeps what it
+echoes JSON-safe and free of secrets."""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from broker_service.domain.errors import (
     Unauthenticated,
 )
 from broker_service.logs import redact
+from halfmq_wire.errors import INTERNAL, error_body
+from halfmq_wire.errors import error_item as wire_error_item
 
 log = logging.getLogger("halfmq.api")
 
@@ -57,7 +63,7 @@ _HTTP_CODES = {
 def envelope(status: int, code: str, message: str, **detail: Any) -> JSONResponse:
     headers = {"Retry-After": "1"} if status in (429, 503) else None
     return JSONResponse(
-        {"error": {"code": code, "message": _text(message), "detail": _plain(detail)}},
+        error_body(code, _text(message), _plain(detail)),
         status_code=status,
         headers=headers,
     )
@@ -73,26 +79,12 @@ def status_of(error: DomainError) -> int:
 def error_item(error: DomainError) -> dict[str, Any]:
     """A domain error as one item's answer in a request answered item by item (``POST
     /v1/transactions:batch``, ...): the status it would have alone, beside its envelope."""
-    return {
-        "status": status_of(error),
-        "error": {
-            "code": error.code,
-            "message": _text(error.message),
-            "detail": _plain(error.detail),
-        },
-    }
+    return wire_error_item(status_of(error), error.code, _text(error.message), _plain(error.detail))
 
 
 def internal_item() -> dict[str, Any]:
     """An item that failed the way a request fails with 500: no stack trace, only a pointer."""
-    return {
-        "status": 500,
-        "error": {
-            "code": "INTERNAL",
-            "message": "the broker failed to handle this item; see its log",
-            "detail": {},
-        },
-    }
+    return wire_error_item(500, INTERNAL, "the broker failed to handle this item; see its log")
 
 
 def _plain(value: Any) -> Any:
@@ -170,7 +162,7 @@ def error_reference() -> str:
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     reference = error_reference()
     log.error("unexpected error, reference %s", reference, exc_info=exc)
-    return envelope(500, "INTERNAL", "the broker failed to handle the request; its log says "
+    return envelope(500, INTERNAL, "the broker failed to handle the request; its log says "
                     f"why under reference {reference}", reference=reference)  # fmt: skip
 
 

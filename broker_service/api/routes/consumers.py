@@ -14,7 +14,6 @@ from broker_service.api.permissions import read_guard
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.consumers import (
     AckIn,
-    AckOut,
     ChangeInvisibleIn,
     ChangeInvisibleOut,
     DeadListOut,
@@ -46,6 +45,7 @@ from broker_service.domain.consumers.model import (
     dlq_topic,
     retry_topic,
 )
+from halfmq_wire.records import AckResult
 
 router = APIRouter(
     prefix="/v1/consumer-groups", tags=["consumer groups"], responses=ERROR_RESPONSES
@@ -153,7 +153,7 @@ async def receive(
     return convert.json_response({"messages": [_delivered_dict(d) for d in delivered]})
 
 
-@router.post("/{group}/ack", response_model=AckOut)
+@router.post("/{group}/ack", response_model=AckResult)
 async def ack(
     group: GroupName, body: AckIn, consumers: ConsumersDep, metrics: MetricsDep
 ) -> Response:
@@ -161,7 +161,7 @@ async def ack(
     result = await consumers.ack(group, body.receipt_handles)
     metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
     metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
-    return convert.json_response({"acked": result.acked, "stale": result.stale})
+    return convert.json_response(AckResult(result.acked, tuple(result.stale)).to_json())
 
 
 @router.post("/{group}/nack", response_model=NackOut)

@@ -15,18 +15,18 @@ from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.trace import CheckAuditOut, CheckEntryOut
 from broker_service.api.schemas.transactions import (
     DecisionIn,
-    HalfOut,
     ResolutionOut,
     TransactionIn,
     TransactionListOut,
     TransactionOut,
 )
 from broker_service.domain.transactions.model import Decision, ResolvedBy, TransactionState
+from halfmq_wire.records import HalfReceipt
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=ERROR_RESPONSES)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfOut)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfReceipt)
 async def send_half(body: TransactionIn, request: Request) -> Response:
     """Store a half message in RMQ_SYS_TRANS_HALF_TOPIC, invisible to consumers."""
     half = await store_half(request, body)
@@ -34,8 +34,8 @@ async def send_half(body: TransactionIn, request: Request) -> Response:
 
 
 async def store_half(request: Request, body: TransactionIn) -> dict[str, Any]:
-    """One half stored, answered as ``HalfOut``: this route's work, and each item's of ``POST
-    /v1/transactions:batch``."""
+    """One half stored, answered as the contract's ``HalfReceipt``: this route's work, and each
+    item's of ``POST /v1/transactions:batch``."""
     receipt = await transactions_of(request).prepare(
         body.topic,
         body.to_draft(),
@@ -45,12 +45,7 @@ async def store_half(request: Request, body: TransactionIn) -> dict[str, Any]:
     )
     if not receipt.duplicate:
         metrics_of(request).halves.inc()
-    return {
-        "transaction_id": receipt.transaction_id,
-        "msg_id": receipt.msg_id,
-        "state": "PREPARED",
-        "duplicate": receipt.duplicate,
-    }
+    return HalfReceipt(receipt.transaction_id, receipt.msg_id, receipt.duplicate).to_json()
 
 
 async def _resolve(

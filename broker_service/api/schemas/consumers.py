@@ -118,11 +118,6 @@ class AckIn(Strict):
     receipt_handles: list[Handle] = Field(min_length=1, max_length=1000)
 
 
-class AckOut(BaseModel):
-    acked: int
-    stale: list[str] = Field(description="Handles that acked nothing (invisibility ran out)")
-
-
 class NackIn(Strict):
     receipt_handle: Handle
     delay_level: (

@@ -24,10 +24,10 @@ from broker_service.api.schemas.common import (
 from broker_service.api.schemas.messages import BATCH_MAX, MessageIn, SendResultOut
 from broker_service.api.schemas.transactions import (
     DecisionIn,
-    HalfOut,
     ResolutionOut,
     TransactionIn,
 )
+from halfmq_wire.records import HalfReceipt
 
 ItemStatus = Annotated[int, Field(ge=200, le=599, description="The item's own HTTP status")]
 
@@ -50,7 +50,7 @@ class HalvesIn(Strict):
 
 class HalfItemOut(BaseModel):
     status: ItemStatus
-    result: HalfOut
+    result: HalfReceipt
 
 
 class HalvesOut(BaseModel):

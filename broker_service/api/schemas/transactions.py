@@ -32,13 +32,6 @@ class TransactionIn(MessageIn):
     _immunity = field_validator("check_immunity_seconds", mode="before")(json_number)
 
 
-class HalfOut(BaseModel):
-    transaction_id: str
-    msg_id: str
-    state: Literal["PREPARED"] = "PREPARED"
-    duplicate: bool = False
-
-
 class DecisionIn(Strict):
     producer_group: Name | None = Field(
         None, description="The half's producer group; may be left out by an operator"
