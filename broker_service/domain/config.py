@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+# The delay levels' one default, the contract's (halfmq_wire/delays.py): delayed sends and the
+# consumers' retries wait the same schedule.
+from halfmq_wire.delays import DEFAULT_DELAY_LEVELS as DEFAULT_DELAY_LEVELS
 
 # RocketMQ 5's timerMaxDelaySec: a timer (deliver_at) message is at most 3 days away.
 DEFAULT_MAX_DELAY_SECONDS = 3 * 24 * 3600
@@ -29,6 +31,9 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
     return tuple(levels)
 
 
+DEFAULT_DELAY_LEVELS_MS = parse_delay_levels(DEFAULT_DELAY_LEVELS)
+
+
 @dataclass(frozen=True, slots=True)
 class DomainConfig:
     """Topics, sending and half messages."""
@@ -36,7 +41,7 @@ class DomainConfig:
     auto_create_topics: bool = False
     default_topic_queues: int = 4
     max_message_bytes: int = 4 * 1024 * 1024
-    delay_levels_ms: tuple[int, ...] = parse_delay_levels(DEFAULT_DELAY_LEVELS)
+    delay_levels_ms: tuple[int, ...] = DEFAULT_DELAY_LEVELS_MS
     max_topic_queues: int = 1024
     transaction_timeout_ms: int = 6000
     max_delay_ms: int = DEFAULT_MAX_DELAY_SECONDS * 1000
@@ -62,7 +67,7 @@ class ConsumerConfig:
 
     auto_create_groups: bool = True
     max_reconsume_times: int = 16
-    delay_levels_ms: tuple[int, ...] = (1000, 5000, 10_000, 30_000)
+    delay_levels_ms: tuple[int, ...] = DEFAULT_DELAY_LEVELS_MS  # the schedule sends wait too
     consumer_expiry_ms: int = 120_000
     broker_id: str = "broker"
     trace: bool = True  # record the clients' trace reports (CLIENT_PUB, CLIENT_SUB)
