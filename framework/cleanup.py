@@ -40,6 +40,8 @@ from sqlalchemy import Delete, Engine, Select, Table, delete, func, select, tupl
 
 from framework.errors import ConfigurationError
 from framework.tables import inbox, local_transaction_log
+from halfmq_wire.delays import DEFAULT_DELAY_LEVELS as DEFAULT_DELAY_LEVELS
+from halfmq_wire.delays import RETRY_FIRST_LEVEL as RETRY_FIRST_LEVEL
 
 if TYPE_CHECKING:  # SQLAlchemy's asyncio needs greenlet: imported only where it is used
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -47,10 +49,9 @@ if TYPE_CHECKING:  # SQLAlchemy's asyncio needs greenlet: imported only where it
 TableName = Literal["log", "inbox"]
 TABLES: dict[str, Table] = {"log": local_transaction_log, "inbox": inbox}
 
-# The broker's defaults (broker_service/settings.py and broker_service/domain/config.py), restated:
-# the framework imports nothing of the broker.  tests/framework/test_cleanup.py compares them.
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-RETRY_FIRST_LEVEL = 3  # RocketMQ: the k-th retry (k = 0, 1, ...) waits delay level 3 + k
+# The broker's other defaults (broker_service/settings.py) are restated below, as the framework
+# imports nothing of the broker (tests/framework/test_cleanup.py compares them); the retry schedule
+# is the wire contract's, the broker's own default too.
 DAY = 86_400.0
 
 BATCH_SIZE = 1000
