@@ -41,6 +41,18 @@ BATCH = 16
 RETRY_SECONDS = 1  # a failed credit comes again after this (the client takes whole seconds)
 
 
+def parse_transfer(body: bytes) -> dict[str, Any] | None:
+    """The transfer a message carries; None for a body that is not one."""
+    try:
+        transfer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    fields = ("transfer_id", "from", "to", "amount")
+    if not isinstance(transfer, dict) or not all(name in transfer for name in fields):
+        return None
+    return transfer
+
+
 class Smith:
     """The receive loops and what they do with each message."""
 
@@ -80,11 +92,19 @@ class Smith:
                 self.stopping.wait(0.5)
                 continue
             for message in messages:
-                self.handle(message)
+                try:
+                    self.handle(message)
+                except Exception:  # unacked, it comes again after its lease: the loop goes on
+                    log.exception("message %s not handled", message.message_id)
 
     def handle(self, message: RmqMessage) -> None:
         """Credit once (the inbox), then ack; a failure is retried after a short back-off."""
-        transfer: dict[str, Any] = orjson.loads(message.body)
+        transfer = parse_transfer(message.body)
+        if transfer is None:
+            log.warning("message %s is not a transfer: retried, then dead-lettered",
+                        message.message_id)  # fmt: skip
+            self.consumer.change_invisible_duration(message, RETRY_SECONDS)
+            return
         attempt = message.delivery_attempt or 1
 
         def apply(session: Session, _: Message) -> None:

@@ -135,7 +135,8 @@ def test_smith_on_a_simple_consumer_retries_a_failure_and_credits_a_transfer_onc
     """Smith's bank on RocketMQ's SimpleConsumer (its own process), every first delivery failing
     (flaky 100 %): the transfer's first delivery fails and comes again (attempt 2) within
     seconds, which credits it; the same transfer published a second time -- a duplicate, as
-    at-least-once delivery allows -- is acked without a second credit (the inbox)."""
+    at-least-once delivery allows -- is acked without a second credit (the inbox); a body that is
+    not a transfer is retried and dead-lettered, and the receive loops go on."""
     migrate.upgrade(sqlite_url)
     broker = GrpcBroker(sqlite_url, tmp_path / "broker.log")
     broker.start(timeout=90)
@@ -158,37 +159,47 @@ def test_smith_on_a_simple_consumer_retries_a_failure_and_credits_a_transfer_onc
         opened = httpx.post(f"{smith.url}/accounts", json={"account_id": "smith-1", "balance": 0})
         assert opened.status_code == 201, opened.text
         body = json.dumps({"transfer_id": "t-dup", "from": "bob-1", "to": "smith-1", "amount": 500})
-        sent = []
-        for n in (1, 2):
+
+        def send(name: str, text: str, key: str) -> str:
             events = run_client(
-                tmp_path / f"producer-{n}", broker.endpoint, "send",
-                "--topic", "transfers", "--body", body, "--key", "t-dup",
+                tmp_path / name, broker.endpoint, "send",
+                "--topic", "transfers", "--body", text, "--key", key,
             )  # fmt: skip
             assert not errors(events), events
-            sent += [e["message_id"] for e in events if e["event"] == "sent"]
-            if n == 1:  # credited before the duplicate is sent
-                wait_until(
-                    lambda: httpx.get(f"{smith.url}/transfers/t-dup").status_code == 200,
-                    60,
-                    "the credit",
-                )
+            (message_id,) = [e["message_id"] for e in events if e["event"] == "sent"]
+            return message_id
+
+        first = send("producer-1", body, "t-dup")
+        wait_until(
+            lambda: httpx.get(f"{smith.url}/transfers/t-dup").status_code == 200, 60, "the credit"
+        )
+        junk = send("producer-junk", "not a transfer", "junk")
+        second = send("producer-2", body, "t-dup")
 
         def settled() -> bool:
             view = broker.get("/v1/consumer-groups/smith-bank")
+            dead = broker.get("/v1/consumer-groups/smith-bank/dlq")["messages"]
             done = [s for _, s, _ in smith_deliveries(sqlite_url) if s == "ACKED"]
-            return len(done) == 2 and not (view["lag"] or view["in_flight"] or view["retrying"])
+            busy = view["lag"] or view["in_flight"] or view["retrying"]
+            return len(done) == 2 and len(dead) == 1 and not busy
 
-        wait_until(settled, 60, "both messages acked")
+        wait_until(settled, 90, "both transfers acked, the junk dead-lettered")
         ledger_rows = httpx.get(f"{smith.url}/transfers/t-dup").json()["entries"]
         balance = httpx.get(f"{smith.url}/accounts/smith-1").json()
+        (dead,) = broker.get("/v1/consumer-groups/smith-bank/dlq")["messages"]
     finally:
         stop_all([smith])
         broker.stop()
-    first, second = sent
-    assert smith_deliveries(sqlite_url) == [
+    deliveries = smith_deliveries(sqlite_url)
+    assert [d for d in deliveries if d[0] != junk] == [
         (first, "EXPIRED", 0),  # failed, its lease cut to 1 s
         (first, "ACKED", 1),  # attempt 2: credited
         (second, "ACKED", 0),  # the duplicate: acked, not credited
     ]
+    # a body that is not a transfer: retried (3 times, the group's maximum), then dead-lettered
+    assert [d for d in deliveries if d[0] == junk] == [
+        (junk, "EXPIRED", 0), (junk, "EXPIRED", 1), (junk, "EXPIRED", 2), (junk, "DEAD", 3),
+    ]  # fmt: skip
+    assert dead["msg_id"] == junk
     assert [(r["direction"], r["amount"]) for r in ledger_rows] == [("CREDIT", 500)]
     assert balance["balance"] == 500
