@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo demo-pg broker test lint bench clean
+.PHONY: setup demo demo-pg broker test lint bench client-check clean
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
@@ -32,15 +32,17 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y -q chromium \
 	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 
+# Everything the tests need: the client (`pip install halfmq`), the broker (`[broker]`), the
+# reconciliation (`[spark]`) and the tools (`[dev]`; README, "Install").
 # pip shows what it downloads and installs: about 940 MB (pyspark is most of it), 1-2 minutes.
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || echo "== creating the virtualenv $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "== upgrading pip in $(VENV)"
 	$(BIN)/python -m pip install --upgrade pip
-	@echo "== installing halfmq with its dev and spark extras into $(VENV)" \
+	@echo "== installing halfmq with its broker, spark and dev extras into $(VENV)" \
 	  "(about 940 MB, 1-2 minutes)"
-	$(BIN)/python -m pip install -e ".[dev,spark]"
+	$(BIN)/python -m pip install -e ".[broker,spark,dev]"
 	@echo "== $(VENV) is ready"
 	touch $@
 
@@ -70,6 +72,11 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package-lock.json
 
 test: lint $(JARS) $(CHROMIUM) $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest
+
+# The client alone (no extra) in a throwaway virtualenv: none of the broker's libraries, and the
+# README's producer and consumer run against a broker of $(VENV) (drills/client_only.py; 1-2 min).
+client-check: setup
+	$(BIN)/python -m drills.client_only
 
 bench: setup
 	$(BIN)/python bench/broker_bench.py

@@ -36,10 +36,10 @@ import orjson
 from sqlalchemy import Connection, create_engine, select
 
 from broker_service.store.schema import messages, trace_events, transactions
+from drills.pg_cluster import free_port
 from framework import LocalTransactionState, Message, TransactionProducer
 from framework.config import CheckMode
 from halfmq.broker_process import BrokerProcess, process_cpu_seconds
-from halfmq.pg_cluster import free_port
 
 TOPIC = "many"
 GROUP = "many-producers"

@@ -2,7 +2,7 @@
 the primary killed, the standby promoted, and everything the clients were told checked.
 
 The drill (used by ``tests/broker_service/store/test_failover.py`` and
-``bench/failover_bench.py``) builds a :class:`~halfmq.pg_cluster.PgCluster`, starts brokers as
+``bench/failover_bench.py``) builds a :class:`~drills.pg_cluster.PgCluster`, starts brokers as
 real processes (``python -m halfmq broker serve``) on its multi-host URL, and runs three kinds of
 clients against all the brokers at once:
 
@@ -42,12 +42,12 @@ from sqlalchemy import create_engine, func, select
 
 from broker_service.store import migrate
 from broker_service.store.schema import deliveries, messages, transactions
+from drills.pg_cluster import PgCluster, free_port
 from framework import LocalTransactionState, Message, Retry, TransactionProducer
 from framework.config import CheckMode
 from framework.consumer import PushConsumer
 from framework.errors import HalfMQError
 from halfmq.broker_process import BrokerProcess
-from halfmq.pg_cluster import PgCluster, free_port
 
 TOPIC = "drill"
 PRODUCER_GROUP = "drill-producers"

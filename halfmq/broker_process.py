@@ -1,6 +1,6 @@
 """A broker as a real process: ``python -m halfmq broker serve`` on 127.0.0.1.
 
-The one implementation the drills (:mod:`halfmq.brokers_drill`, :mod:`halfmq.failover_drill`)
+The one implementation the drills (:mod:`drills.brokers`, :mod:`drills.failover`)
 and the tests (``tests/support.py``) start brokers with: started with ``sys.executable``, its
 output appended to a log file, ready once ``GET /readyz`` answers 200, and stopped by PID --
 SIGTERM, then SIGKILL after a grace period -- or killed on purpose with SIGKILL (no shutdown code

@@ -3,7 +3,8 @@
 Every ``import`` and ``from ... import`` of every module is read with ``ast`` -- at module level,
 inside functions and under ``if TYPE_CHECKING`` alike: a lazy import is still an arrow.  Then:
 
-1. the parts of the house import only the parts below them;
+1. the parts of the house import only the parts below them; the wire contract (``halfmq_wire``),
+   at the bottom, imports the standard library only;
 2. the rooms of ``broker_service`` import only the rooms their row of the table allows, and
    none of the libraries it forbids them;
 3. the domain's own parts (shared modules, records, ports, concepts) keep their order;
@@ -13,6 +14,9 @@ inside functions and under ``if TYPE_CHECKING`` alike: a lazy import is still an
 from __future__ import annotations
 
 import ast
+import re
+import sys
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -21,15 +25,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # -- 1. the parts -------------------------------------------------------------------------------
 
+WIRE = "halfmq_wire"  # the wire contract: both sides of it import it, it imports neither
 PARTS: dict[str, set[str]] = {
-    "framework": set(),
-    "broker_service": set(),
-    "spark_reconcile": {"broker_service"},
-    "demo_bank": {"framework", "broker_service"},
-    "migrations": {"broker_service"},
-    "halfmq": {"framework", "broker_service", "demo_bank", "spark_reconcile"},
+    WIRE: set(),
+    "framework": {WIRE},
+    "broker_service": {WIRE},
+    "spark_reconcile": {"broker_service", WIRE},
+    "demo_bank": {"framework", "broker_service", WIRE},
+    "migrations": {"broker_service", WIRE},
+    "halfmq": {"framework", "broker_service", "demo_bank", "spark_reconcile", WIRE},
+    "drills": {"framework", "broker_service", "demo_bank", "spark_reconcile", "halfmq", WIRE},
 }
-# tests/ and bench/ may import every part; nothing but halfmq imports halfmq.
+# tests/, bench/ and drills/ (run from the source tree, not in the wheel) may import every part;
+# nothing else but halfmq imports halfmq.
+MAY_IMPORT_HALFMQ = {"halfmq", "drills"}
 
 # -- 2. the rooms of the broker -----------------------------------------------------------------
 
@@ -69,7 +78,7 @@ NEVER: dict[str, set[str]] = {
 # -- 3. the parts of the domain -----------------------------------------------------------------
 
 SHARED = {"errors", "clock", "ids", "names", "config"}
-CONCEPTS = ("messages", "transactions", "consumers", "retention", "audit", "brokers")
+CONCEPTS = ("messages", "transactions", "consumers", "retention", "audit", "brokers", "clients")
 DOMAIN_PARTS: dict[str, set[str]] = {
     "shared": {"shared"},
     "records": {"shared", "records"},
@@ -80,6 +89,7 @@ DOMAIN_PARTS: dict[str, set[str]] = {
     "retention": {"shared", "records", "ports", "retention"},
     "audit": {"shared", "records", "ports", "audit"},
     "brokers": {"shared", "records", "ports", "brokers"},
+    "clients": {"shared", "records", "ports", "clients"},
 }
 
 
@@ -243,9 +253,94 @@ def test_nothing_outside_tests_and_bench_imports_halfmq_but_halfmq() -> None:
         f"{source} -> {target}"
         for source, targets in graph().items()
         for target in targets
-        if top(target) == "halfmq" and top(source) != "halfmq"
+        if top(target) == "halfmq" and top(source) not in MAY_IMPORT_HALFMQ
     ]
     assert wrong == []
+
+
+def test_the_wire_contract_imports_the_standard_library_only() -> None:
+    wire = [m for m in graph() if top(m) == WIRE]
+    assert {f"{WIRE}.signature", f"{WIRE}.errors", f"{WIRE}.records"} <= set(wire)
+    wrong = [
+        f"{m} imports {t}"
+        for m in sorted(wire)
+        for t in sorted(graph()[m])
+        if top(t) != WIRE and top(t) not in sys.stdlib_module_names and top(t) != "__future__"
+    ]
+    assert wrong == []
+
+
+# Modules of the client that a service imports only with a library of its own: the FastAPI
+# integration (a FastAPI service has FastAPI).  OpenTelemetry (the ``otel`` extra) is tried for,
+# and Alembic imported where a service's own migration calls it.
+CLIENT_INTEGRATIONS = {"framework.fastapi": {"fastapi", "starlette"}}
+
+
+def loaded_imports(source: str) -> set[str]:
+    """The top-level names a module needs when it is loaded: its module-level imports, in ``if``
+    and ``try`` blocks too; left out: ``if TYPE_CHECKING`` blocks, function bodies, and a ``try``
+    that catches ``ImportError`` (an optional library)."""
+    found: set[str] = set()
+    pending = list(ast.parse(source).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                pending += node.body + node.orelse
+        elif isinstance(node, ast.Try):  # a library tried for, ImportError caught: optional
+            optional = any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                for h in node.handlers
+            )
+            pending += ([] if optional else node.body) + node.orelse + node.finalbody
+    return found
+
+
+def test_the_client_loads_with_the_client_install_alone() -> None:
+    """``pip install halfmq`` (no extra) is enough to import every module of the client and the
+    wire contract: what they import when loaded is ours, the standard library's, or a library of
+    ``[project] dependencies`` (the broker's are the ``broker`` extra's)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    installed = {
+        re.split(r"[\[<>=!~; ]", requirement)[0].lower().replace("-", "_")
+        for requirement in project["dependencies"]
+    }
+    ours = {"framework", WIRE, "__future__"}
+    wrong = []
+    for path in sources("framework", WIRE):
+        name = module_name(path)
+        allowed = installed | ours | CLIENT_INTEGRATIONS.get(name, set())
+        missing = sorted(
+            lib
+            for lib in loaded_imports(path.read_text())
+            if lib not in allowed and lib not in sys.stdlib_module_names
+        )
+        wrong += [f"{name} imports {lib}" for lib in missing]
+    assert wrong == []
+    assert not installed & {"fastapi", "uvicorn", "alembic", "psycopg"}  # the broker extra's
+
+
+def test_both_sides_speak_the_wire_contract_and_neither_imports_the_other() -> None:
+    """The signature, the error envelope and the shared records come from one place: the broker's
+    verifier and the client's signer both import ``halfmq_wire``, and no module of one side
+    imports the other."""
+    users = {top(m) for m, targets in graph().items() for t in targets if top(t) == WIRE}
+    assert {"framework", "broker_service"} <= users
+    for side, other in (("framework", "broker_service"), ("broker_service", "framework")):
+        crossing = [
+            m
+            for m, targets in graph().items()
+            if top(m) == side
+            for t in targets
+            if top(t) == other
+        ]
+        assert crossing == [], f"{side} imports {other}"
+    assert WIRE in {top(t) for t in graph()["broker_service.acl.signature"]}
+    assert WIRE in {top(t) for t in graph()["framework.signing"]}
 
 
 def test_every_room_of_the_broker_imports_only_the_rooms_its_row_allows() -> None:

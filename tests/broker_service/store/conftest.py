@@ -1,4 +1,4 @@
-"""Fixtures of the store tests that build their own PostgreSQL cluster (``halfmq.pg_cluster``: the
+"""Fixtures of the store tests that build their own PostgreSQL cluster (``drills.pg_cluster``: the
 machine's binaries, free loopback ports, never the machine's own cluster)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from halfmq.pg_cluster import PgCluster, missing_tools
+from drills.pg_cluster import PgCluster, missing_tools
 
 
 def require_cluster_tools() -> None:

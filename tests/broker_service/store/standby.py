@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Engine, text
 
-from halfmq.pg_cluster import PgCluster
+from drills.pg_cluster import PgCluster
 
 
 @contextmanager

@@ -3,7 +3,7 @@ multi-host URL, answer 503 with Retry-After (never 500) while there is no primar
 themselves to the new one, and nothing acknowledged is lost, nothing rolled back delivered,
 nothing resolved twice; their schedulers carry on on the new primary, one broker at a time.
 
-The cluster is built from the machine's PostgreSQL binaries (``halfmq.pg_cluster``) on free
+The cluster is built from the machine's PostgreSQL binaries (``drills.pg_cluster``) on free
 loopback ports; the machine's own cluster is not touched.  Without the binaries the test skips
 locally and fails under ``CI=true`` (the ``cluster_tools`` fixture, conftest.py).
 """
@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from broker_service.store.schema import transactions
-from halfmq.failover_drill import WRITES, Answer, Drill, Failover
+from drills.failover import WRITES, Answer, Drill, Failover
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -6,7 +6,7 @@ Real processes on 127.0.0.1: three ``halfmq broker serve`` (``b0``, ``b1``, ``b2
 producer over the list ``[b0, b1, b2]`` whose local transactions answer UNKNOW, so every half is
 left to the check-back, answered by the producer's built-in check server (push mode).  The
 producer sticks to ``b0``, the one killed, so its sends fail over too.  What is asserted is read
-from the store's own records (:func:`halfmq.brokers_drill.audit`): states, op records, real
+from the store's own records (:func:`drills.brokers.audit`): states, op records, real
 messages, the brokers' ``CHECKED`` trace events; and from the check endpoint's log.
 """
 
@@ -24,8 +24,7 @@ from sqlalchemy import create_engine, func, select
 
 from broker_service.store import migrate
 from broker_service.store.schema import transactions
-from framework.errors import HalfMQError
-from halfmq.brokers_drill import (
+from drills.brokers import (
     TOPIC,
     Audit,
     CheckEndpoint,
@@ -35,6 +34,7 @@ from halfmq.brokers_drill import (
     claims_of,
     endpoint_overlaps,
 )
+from framework.errors import HalfMQError
 from tests.store_check import assert_transactions_consistent
 from tests.support import wait_until
 

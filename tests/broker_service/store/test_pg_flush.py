@@ -23,7 +23,7 @@ from broker_service.store import migrate
 from broker_service.store.engine import Covered, FlushNotAllowed, PgFlush, make_engine
 from broker_service.store.sql_store import SqlStore
 from broker_service.store.writer import GroupCommitWriter
-from halfmq.pg_cluster import PgCluster
+from drills.pg_cluster import PgCluster
 from tests.broker_service.store.standby import (
     create_kv,
     put,

@@ -2,7 +2,7 @@
 back: nothing probes ``/readyz`` until it has, and its own work -- this broker's presence beat
 first -- reaches the store on its own.
 
-The cluster is built from the machine's PostgreSQL binaries (``halfmq.pg_cluster``) on free
+The cluster is built from the machine's PostgreSQL binaries (``drills.pg_cluster``) on free
 loopback ports (the ``cluster`` fixture, conftest.py); the machine's own cluster is not touched.
 Without the binaries the test skips locally and fails under ``CI=true``.
 """
@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from broker_service.store import migrate
-from halfmq.pg_cluster import PgCluster
+from drills.pg_cluster import PgCluster
 from tests.support import BrokerProcess, free_port, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
