@@ -159,6 +159,13 @@ def reconcile(
             "page (default: no links)",
         ),
     ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML file: each kind's allowed age and thresholds (warn_above, "
+            "critical_above, critical_after) the exit code follows (default: the fixed rule)"
+        ),
+    ] = None,
 ) -> None:
     """Reconcile one day: halves, ops, deliveries and ledgers.  Exit 0 clean, 1 warnings,
     2 critical (or the job could not run)."""
@@ -167,8 +174,10 @@ def reconcile(
     except ImportError:
         err.print(f"[red]halfmq reconcile needs pyspark:[/red] {escape(INSTALL_HINT)}")
         raise typer.Exit(NOT_RUN) from None
+    from spark_reconcile.anomalies import SEVERITY
     from spark_reconcile.jdbc import MissingDriverError
     from spark_reconcile.job import run, session_for
+    from spark_reconcile.policy import load_policy
     from spark_reconcile.report import totals_line
     from spark_reconcile.session import UnreachableServerError, release
 
@@ -195,6 +204,7 @@ def reconcile(
             shuffle_partitions=shuffle_partitions,
             jars=tuple(jars or ()),
             console_url=console_url,
+            policy=load_policy(policy, SEVERITY) if policy is not None else None,
         )
         spark = session_for(config, driver_memory)
     except (MissingDriverError, UnreachableServerError, ValueError) as exc:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from spark_reconcile.policy import Policy
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -126,6 +130,7 @@ class ReconcileConfig:
     shuffle_partitions: int = 16
     jars: tuple[str, ...] = ()
     console_url: str | None = None  # the broker's base URL: the report links transactions there
+    policy: Policy | None = None  # --policy: allowed ages and thresholds (None: the fixed rule)
 
     def __post_init__(self) -> None:
         if (self.store_url is None) == (self.parquet is None):

@@ -102,10 +102,14 @@ class JdbcReader:
         return self.spark.read.format("jdbc").options(**self._options(), query=sql).load()
 
     def bounds(self, table: str, column: str, where: str = "1 = 1") -> tuple[int, int] | None:
+        """The span of a positive id column, None when no row matches.  The empty case comes
+        back as -1, not NULL: Debian's sqlite-jdbc (3.40) fails Spark's read of a NULL
+        aggregate ("column -1 out of bounds")."""
         row = self.query(
-            f'SELECT min("{column}") AS lo, max("{column}") AS hi FROM {table} WHERE {where}'
+            f'SELECT coalesce(min("{column}"), -1) AS lo, coalesce(max("{column}"), -1) AS hi '
+            f"FROM {table} WHERE {where}"
         ).first()
-        if row is None or row["lo"] is None:
+        if row is None or row["lo"] is None or int(row["lo"]) < 0:
             return None
         return int(row["lo"]), int(row["hi"])
 
@@ -272,6 +276,17 @@ def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreF
         ),
         subscriptions=_typed(subs, SUBSCRIPTION_COLUMNS),
         acks=_typed(deliveries, ACK_COLUMNS),
+    )
+
+
+def exported_statuses(spark: SparkSession, root: str) -> DataFrame:
+    """The operators' statuses of the breaks, from the export's newest snapshot
+    (``<root>/break_statuses/date=D``, written by ``halfmq export``)."""
+    path = f"{root.rstrip('/')}/break_statuses"
+    df = spark.read.parquet(path)
+    newest = df.agg(F.max("date")).first()
+    return df.where(F.col("date") == F.lit(newest[0] if newest else None)).select(
+        "break_id", "status", "note", "actor", "updated_at"
     )
 
 

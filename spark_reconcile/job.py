@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from sqlalchemy.engine import make_url
 
-from spark_reconcile import extract, load
-from spark_reconcile.config import ReconcileConfig
+from spark_reconcile import breaks, extract, load
+from spark_reconcile.anomalies import SEVERITY
+from spark_reconcile.config import ReconcileConfig, Window, day_start_ms
 from spark_reconcile.detect import detect
-from spark_reconcile.jdbc import MissingDriverError, driver_for, find_jars
+from spark_reconcile.jdbc import MissingDriverError, driver_for, find_jars, to_jdbc
+from spark_reconcile.policy import Policy, default_policy
 from spark_reconcile.report import write_report
 from spark_reconcile.session import build_session, is_connect
-from spark_reconcile.summary import Summary
+from spark_reconcile.summary import BreakFigures, Summary
 
 ROWS_PER_KIND = 1000  # the report lists every anomaly up to this many of a kind (Parquet: all)
 TREND_DAYS = 30
@@ -68,8 +72,10 @@ def _source(config: ReconcileConfig) -> str:
     return url if url.startswith("jdbc:") else make_url(url).render_as_string(hide_password=True)
 
 
-def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = None) -> Summary:
-    window = config.window
+def _sources(
+    spark: SparkSession, config: ReconcileConfig, window: Window
+) -> tuple[extract.StoreFrames, DataFrame | None]:
+    """The store (over JDBC, or its export) and the ledgers, read for ``window``."""
     if config.store_url is not None:
         store = extract.store_from_jdbc(
             spark, config.store_url, window, config.jdbc_partitions, config.jdbc_fetch_size
@@ -80,6 +86,31 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
     ledger = extract.read_ledgers(
         spark, config.ledgers, window, config.jdbc_partitions, config.jdbc_fetch_size
     )
+    return store, ledger
+
+
+def _detect(
+    spark: SparkSession,
+    config: ReconcileConfig,
+    window: Window,
+    keep: Callable[[DataFrame], DataFrame],
+) -> tuple[DataFrame, DataFrame | None]:
+    store, ledger = _sources(spark, config, window)
+    found = detect(
+        store,
+        ledger,
+        window=window,
+        mapping=config.key_mapping,
+        thresholds=config.thresholds,
+        keep=keep,
+    )
+    return found, ledger
+
+
+def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = None) -> Summary:
+    window = config.window
+    policy = config.policy or default_policy(SEVERITY)
+    statuses, statuses_from = read_statuses(spark, config)
     kept: list[DataFrame] = []
 
     def keep(df: DataFrame) -> DataFrame:
@@ -87,18 +118,14 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         return kept[-1]
 
     try:
-        found = keep(
-            detect(
-                store,
-                ledger,
-                window=window,
-                mapping=config.key_mapping,
-                thresholds=config.thresholds,
-                keep=keep,
-            ).repartition("kind")
-        )
+        detected, ledger = _detect(spark, config, window, keep)
+        found = keep(detected.repartition("kind"))
         load.write_anomalies(found, config.out, config.day)
         counts, picked = load.counts_and_samples(found, ROWS_PER_KIND)
+        judged = _breaks(spark, config, found, ledger, keep, statuses, policy)
+        figures = BreakFigures.of(
+            *load.break_figures(judged, ROWS_PER_KIND), statuses_from=statuses_from
+        )
     finally:
         for df in kept:
             df.unpersist()
@@ -112,7 +139,70 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         trend=load.read_trend(spark, config.out, config.day, TREND_DAYS),
         ledgers=tuple(s.name for s in config.ledgers),
         console_url=config.console_url,
+        breaks=figures,
+        policy=policy,
     )
     directory = report_dir or Path(config.out) / "report" / f"date={config.day.isoformat()}"
     write_report(summary, directory)
     return summary
+
+
+def _breaks(
+    spark: SparkSession,
+    config: ReconcileConfig,
+    found: DataFrame,
+    ledger: DataFrame | None,
+    keep: Callable[[DataFrame], DataFrame],
+    statuses: dict[str, dict[str, Any]],
+    policy: Policy,
+) -> DataFrame:
+    """The day's breaks and those carried from the latest earlier run, re-evaluated on today's
+    data (a second detection over the days they were first seen on, up to today's horizon,
+    kept to their ids), with amounts, statuses and ages; written to ``OUT/breaks/date=D``."""
+    window = config.window
+    carried = None
+    before = breaks.latest_before(config.out, config.day)
+    if before is not None:
+        previous = keep(breaks.read_open(spark, config.out, before))
+        first = previous.agg(F.min("first_seen")).first()
+        if first is not None and first[0] is not None and day_start_ms(first[0]) < window.start:
+            span = Window(day_start_ms(first[0]), window.start, window.horizon, window.as_of)
+            again, _ = _detect(spark, config, span, keep)
+            ids = previous.select("break_id")
+            still = breaks.of_anomalies(again).join(ids, "break_id", "left_semi")
+            carried = breaks.carried(previous, keep(still))
+    every = breaks.with_amounts(
+        breaks.today_and_carried(breaks.of_anomalies(found), carried, config.day), ledger
+    )
+    judged = breaks.judged(
+        every,
+        breaks.statuses_frame(spark, statuses),
+        as_of=window.as_of,
+        max_age_ms={kind: policy.max_age_ms(kind) for kind in SEVERITY},
+    )
+    path = load.day_path(config.out, "breaks", config.day)
+    judged.write.mode("overwrite").parquet(path)
+    # Read back: the figures are two small jobs over the written breaks, not two more plans of
+    # both detections (whose analysis alone took minutes).
+    return spark.read.parquet(path)
+
+
+def read_statuses(
+    spark: SparkSession, config: ReconcileConfig
+) -> tuple[dict[str, dict[str, Any]], str]:
+    """The operators' statuses of the breaks (the console writes them into the broker's store),
+    by break id, and where they were read from (or why not: a store not migrated yet, an export
+    without them -- the run goes on with every break ``open``)."""
+    try:
+        if config.store_url is not None:
+            reader = extract.JdbcReader(spark, to_jdbc(config.store_url), 1)
+            rows = reader.query(f"SELECT {breaks.STATUS_SELECT} FROM {breaks.STATUS_TABLE}")
+            where = "the store"
+        else:
+            assert config.parquet is not None
+            rows = extract.exported_statuses(spark, config.parquet)
+            where = "the export"
+        found = {str(r["break_id"]): r.asDict() for r in rows.collect()}
+    except Exception as exc:  # the report says so; the verdict does not depend on them
+        return {}, f"not read ({type(exc).__name__}): every break counts as open"
+    return found, f"{where}: {len(found)} status(es)"

@@ -76,3 +76,34 @@ def read_trend(
     for row in rows:
         trend.setdefault(row["date"], {})[row["kind"]] = int(row["count"])
     return sorted(trend.items())
+
+
+_STATE_ORDER = ("changed_kind", "still_open", "new", "resolved")  # carried first, then new
+
+
+def break_figures(
+    judged: DataFrame, per_kind: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The breaks counted by (kind, severity, state, status, age bucket, overdue) -- with the
+    amount at stake and the oldest age of each group -- and the first ``per_kind`` breaks of
+    each kind (the carried ones first, oldest first) for the report."""
+    groups = (
+        judged.groupBy("kind", "severity", "state", "status", "age_bucket", "overdue")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("amount").alias("amount"),
+            F.max("age_ms").alias("oldest_ms"),
+        )
+        .collect()
+    )
+    rank = F.create_map(*(x for i, s in enumerate(_STATE_ORDER) for x in (F.lit(s), F.lit(i))))
+    order = Window.partitionBy("kind").orderBy(
+        rank[F.col("state")], "first_seen", "created_at", "break_id"
+    )
+    rows = (
+        judged.withColumn("n", F.row_number().over(order))
+        .where(F.col("n") <= per_kind)
+        .drop("n")
+        .collect()
+    )
+    return [g.asDict() for g in groups], [r.asDict() for r in rows]

@@ -52,4 +52,29 @@ def markdown(summary: Summary) -> str:
     lines += [f"| {k} | {SEVERITY[k]} | {summary.counts[k]} |" for k in KINDS]
     if summary.total(INFO):
         lines += ["", f"{INFO}: resolved, nothing to do; it does not change the status."]
+    if summary.breaks is not None:
+        lines += _breaks_markdown(summary)
     return "\n".join(lines) + "\n"
+
+
+def _breaks_markdown(summary: Summary) -> list[str]:
+    assert summary.breaks is not None
+    data = summary.breaks.to_json()
+    buckets = ", ".join(f"{b} {n}" for b, n in data["age_buckets"].items())
+    lines = [
+        "",
+        f"Open breaks: {data['open']} ({data['new']} new, {data['carried']} carried), "
+        f"{data['resolved']} closed by the data, {data['overdue']} overdue; ages: {buckets}.",
+    ]
+    if data["per_kind"]:
+        lines += [
+            "",
+            "| kind | open | carried | overdue | not explained | amount |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {k} | {v['open']} | {v['carried']} | {v['overdue']} | {v['unhandled']} | "
+            f"{v['amount']} |"
+            for k, v in data["per_kind"].items()
+        ]
+    return lines

@@ -25,6 +25,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from spark_reconcile.anomalies import CRITICAL, INFO, KINDS, REGISTRY, SEVERITIES, WARNING
+from spark_reconcile.summary import BUCKETS
 
 if TYPE_CHECKING:
     from spark_reconcile.summary import Summary
@@ -196,8 +197,35 @@ def _templates() -> jinja2.Environment:
     return env
 
 
+def _age(ms: int | None) -> str:
+    if ms is None:
+        return "none"
+    return (
+        f"{ms / 86_400_000:g}d"
+        if ms % 3_600_000 == 0 and ms >= 86_400_000
+        else f"{ms / 3_600_000:g}h"
+    )
+
+
+def policy_line(summary: Summary) -> str:
+    """How the exit code was decided: the team's policy file, or the fixed rule."""
+    policy = summary.policy
+    if policy is None or policy.from_file is None:
+        return "the fixed rule (critical 2, warning 1); no --policy file"
+    return f"the thresholds of {policy.from_file}"
+
+
+def _break_rows(summary: Summary) -> list[dict[str, Any]]:
+    rows = summary.breaks.rows if summary.breaks is not None else []
+    return [
+        {**row, "href": transaction_link(summary.console_url, row.get("transaction_id"))}
+        for row in rows
+    ]
+
+
 def html_report(summary: Summary, history: list[DayTotals]) -> str:
     listed = {kind: len(summary.rows.get(kind, [])) for kind in KINDS}
+    policy = summary.policy
     return (
         _templates()
         .get_template("report.html")
@@ -214,5 +242,11 @@ def html_report(summary: Summary, history: list[DayTotals]) -> str:
             days=len(history),
             window={k: _utc(v) for k, v in summary.window.items()},
             page_size=PAGE_SIZE,
+            breaks=summary.breaks.to_json() if summary.breaks is not None else None,
+            break_rows=_break_rows(summary),
+            buckets=BUCKETS,
+            levels=summary.levels(),
+            ages={k: _age(policy.max_age_ms(k) if policy else None) for k in KINDS},
+            policy_line=policy_line(summary),
         )
     )

@@ -415,3 +415,18 @@ grpc_clients = Table(
     Column("settings", LargeBinary, nullable=False),
     Column("updated_at", Millis, nullable=False),
 )
+
+# The operators' word on each break of the nightly reconciliation (spark_reconcile.breaks), by
+# the job's break id: set in the console (open, acknowledged, explained with a note, resolved by
+# hand), read by the next runs of the job (or its export), which carry it into their reports.
+reconcile_break_statuses = Table(
+    "reconcile_break_statuses",
+    metadata,
+    Column("break_id", String(64), primary_key=True),
+    Column("status", String(16), nullable=False),  # open | acknowledged | explained | resolved
+    Column("note", Text, nullable=True),
+    Column("kind", String(64), nullable=True),  # the break's kind when the status was set
+    Column("report", String(128), nullable=True),  # the report it was set from (date=YYYY-MM-DD)
+    Column("actor", String(128), nullable=True),  # the access key (None with the ACL off)
+    Column("updated_at", Millis, nullable=False),
+)

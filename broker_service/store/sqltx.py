@@ -32,6 +32,7 @@ from broker_service.store import rows
 from broker_service.store import statements as sql
 from broker_service.store.acl import AclPart
 from broker_service.store.audit import AuditPart
+from broker_service.store.break_statuses import BreakStatusPart
 from broker_service.store.brokers import BrokerPart
 from broker_service.store.checks import CheckPart
 from broker_service.store.clients import ClientPart
@@ -72,6 +73,7 @@ class ResolutionRace(Exception):
 
 
 class SqlTx(
+    BreakStatusPart,
     GroupPart,
     ProgressPart,
     DeliveryPart,

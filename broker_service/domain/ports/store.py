@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.audit import AuditStore
+from broker_service.domain.ports.breaks import BreakStatusStore
 from broker_service.domain.ports.brokers import BrokerStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.clients import ClientStore
@@ -33,6 +34,7 @@ T = TypeVar("T")
 
 
 class StoreTx(
+    BreakStatusStore,
     MessageStore,
     TransactionStore,
     CheckStore,
