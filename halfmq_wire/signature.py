@@ -247,8 +247,8 @@ def raw_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
 def checked(fields: SignedFields) -> tuple[str, str, str, str]:
     """The four values, each present (``SIGNATURE_MISSING``) and well formed
     (``SIGNATURE_INVALID``)."""
-    if fields.checked:
-        return cast(tuple[str, str, str, str], tuple(fields.values))
+    if fields.checked:  # the well-formed header's groups: a tuple of four strings already
+        return cast(tuple[str, str, str, str], fields.values)
     access_key, timestamp, nonce, signature = fields.values
     if not (access_key and timestamp and nonce and signature):
         raise _missing(fields)
