@@ -324,6 +324,14 @@ def test_the_client_loads_with_the_client_install_alone() -> None:
     assert not installed & {"fastapi", "uvicorn", "alembic", "psycopg"}  # the broker extra's
 
 
+def test_the_wheel_ships_every_part_but_the_drills() -> None:
+    """drills/ runs from a checkout; migrations/ ships inside broker_service (force-include)."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    wheel = tool["hatch"]["build"]["targets"]["wheel"]
+    assert set(wheel["packages"]) == set(PARTS) - {"drills", "migrations"}
+    assert wheel["force-include"] == {"migrations": "broker_service/_migrations"}
+
+
 def test_both_sides_speak_the_wire_contract_and_neither_imports_the_other() -> None:
     """The signature, the error envelope and the shared records come from one place: the broker's
     verifier and the client's signer both import ``halfmq_wire``, and no module of one side
