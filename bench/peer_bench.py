@@ -3,6 +3,9 @@
 
     python bench/peer_bench.py [--seconds 10] [--rounds 3] [--rate 200] [--tasks 32]
     python bench/peer_bench.py --quick        # a smoke run: 3 s windows, one round
+    python bench/peer_bench.py --sides halfmq-0 halfmq --modes closed --profile DIR   # py-spy
+
+Needs asyncpg (``pip install 'asyncpg>=0.29'``) and the machine's RabbitMQ on 127.0.0.1:5672.
 
 The business transaction: one of 1,000 accounts updated, a ledger row inserted, a message that
 says so; 5 % roll back.  ``--tasks`` asyncio tasks run it in a producer process, closed loop (each
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import select
@@ -506,6 +510,11 @@ def main() -> None:
     parser.add_argument("--profile", help="a folder: py-spy records each window's processes")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 3 s, one round")
     args = parser.parse_args()
+    if importlib.util.find_spec("asyncpg") is None:
+        sys.exit(
+            "peer_bench needs asyncpg (the business transaction's driver on both sides, and "
+            "faststream-outbox's LISTEN/NOTIFY): pip install 'asyncpg>=0.29'"
+        )
     if args.quick:
         args.seconds, args.rounds, args.warmup = 3.0, 1, 1.0
     suffix = uuid.uuid4().hex[:6]
