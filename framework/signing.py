@@ -199,9 +199,8 @@ def verify_headers(
         return credentials.secret_key if access_key == credentials.access_key else None
 
     try:
-        fields = wire.signed_fields(wire.raw_headers(headers))
         return wire.verify(
-            fields,
+            headers,
             method,
             path,
             raw_query,

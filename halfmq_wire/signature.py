@@ -267,8 +267,11 @@ def checked(fields: SignedFields) -> tuple[str, str, str, str]:
     return access_key, timestamp, nonce, signature
 
 
+Headers = Iterable[tuple[bytes, bytes]] | Mapping[str, str]  # raw (ASGI's), or by name
+
+
 def verify(
-    fields: SignedFields,
+    headers: Headers,
     method: str,
     path: str,
     raw_query: str,
@@ -278,10 +281,12 @@ def verify(
     window_ms: int = WINDOW_MS,
     receiver: str = "broker",
 ) -> SignedRequest:
-    """The signed request, or :class:`SignatureError` with the reason's code.  ``secret_for``
-    is the receiver's lookup of an access key's secret (None: unknown); ``receiver`` names it in
+    """The signed request, or :class:`SignatureError` with the reason's code.  ``headers``: ASGI's
+    raw headers (names in lower case), or a mapping by name in any case; ``secret_for`` is the
+    receiver's lookup of an access key's secret (None: unknown); ``receiver`` names it in
     messages and in the skew's detail (``<receiver>_time_ms``)."""
-    access_key, timestamp, nonce, signature = checked(fields)
+    raw = raw_headers(headers) if isinstance(headers, Mapping) else headers
+    access_key, timestamp, nonce, signature = checked(signed_fields(raw))
     secret = secret_for(access_key)
     if secret is None:
         raise SignatureError(

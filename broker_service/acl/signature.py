@@ -11,7 +11,9 @@ nonce is the caller's to check against the store once :func:`verify_raw` returns
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from broker_service.acl.errors import AclErrorCode, AclUnauthenticated
@@ -46,6 +48,9 @@ __all__ = [
 ]
 DEFAULT_WINDOW_MS = wire.WINDOW_MS
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 
 def sign(
     access_key: str, secret_key: str, method: str, url: str, body: bytes, now_ms: int
@@ -57,49 +62,23 @@ def sign(
     return wire.sign(access_key, secret_key, method, parts.path or "/", parts.query, body, now_ms)
 
 
-def signed_fields(raw_headers: Iterable[tuple[bytes, bytes]]) -> SignedFields:
-    """The four signed values of ASGI's raw headers (:func:`halfmq_wire.signature.signed_fields`);
-    a malformed ``Authorization`` header is refused."""
-    try:
-        return wire.signed_fields(raw_headers)
-    except wire.SignatureError as refused:
-        raise _unauthenticated(refused) from None
+def _refusing(read: Callable[P, T]) -> Callable[P, T]:
+    """``read`` of the contract, refusing as the ACL does: a :class:`wire.SignatureError` becomes
+    an :class:`AclUnauthenticated` with the same code, message and detail."""
+
+    @functools.wraps(read)
+    def refusing(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return read(*args, **kwargs)
+        except wire.SignatureError as refused:
+            code = AclErrorCode(refused.code)
+            raise AclUnauthenticated(code, refused.message, refused.detail) from None
+
+    return refusing
 
 
-def verify(
-    headers: Mapping[str, str],
-    method: str,
-    path: str,
-    raw_query: str,
-    body_sha256_hex: str,
-    now_ms: int,
-    secret_for: Callable[[str], str | None],
-    window_ms: int = DEFAULT_WINDOW_MS,
-) -> SignedRequest:
-    """The signed request, or :class:`AclUnauthenticated` with the reason's code."""
-    raw = wire.raw_headers(headers)
-    return verify_raw(raw, method, path, raw_query, body_sha256_hex, now_ms, secret_for, window_ms)
-
-
-def verify_raw(
-    raw_headers: Iterable[tuple[bytes, bytes]],
-    method: str,
-    path: str,
-    raw_query: str,
-    body_sha256_hex: str,
-    now_ms: int,
-    secret_for: Callable[[str], str | None],
-    window_ms: int = DEFAULT_WINDOW_MS,
-) -> SignedRequest:
-    """:func:`verify` of ASGI's raw headers: the gate's path for every signed request."""
-    try:
-        fields = wire.signed_fields(raw_headers)
-        return wire.verify(
-            fields, method, path, raw_query, body_sha256_hex, now_ms, secret_for, window_ms
-        )
-    except wire.SignatureError as refused:
-        raise _unauthenticated(refused) from None
-
-
-def _unauthenticated(refused: wire.SignatureError) -> AclUnauthenticated:
-    return AclUnauthenticated(AclErrorCode(refused.code), refused.message, refused.detail)
+# The four signed values of ASGI's raw headers; a malformed Authorization header is refused.
+signed_fields = _refusing(wire.signed_fields)
+# The signed request, or AclUnauthenticated with the reason's code: headers by name (verify) or
+# ASGI's raw headers (verify_raw, the gate's path for every signed request).
+verify = verify_raw = _refusing(wire.verify)
