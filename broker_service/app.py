@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
@@ -69,6 +69,7 @@ class Broker:
     retention: RetentionService
     audit: AuditService  # the console's audit log
     presence: PresenceService  # the brokers sharing the store
+    clients: ClientService  # the gRPC clients' profiles: the console and the gRPC port read them
     beats: PresenceScheduler  # this broker's row in it, renewed every broker_beat_seconds
     delays: DelayScheduler
     checks: CheckBackScheduler | None  # None without ``scheduler``
@@ -88,6 +89,7 @@ class Broker:
             audit=self.audit,
             wake_checks=None if self.checks is None else self.checks.wake,
             presence=self.presence,
+            clients=self.clients,
         )
 
     async def start(self) -> None:
@@ -193,6 +195,7 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
             pause_seconds=settings.purge_pause_seconds,
             share=settings.purge_share,
         )
+    clients = ClientService(store, clock)
     presence = PresenceService(
         store,
         BrokerPresence(
@@ -219,6 +222,7 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         retention=retention,
         audit=AuditService(store, clock),
         presence=presence,
+        clients=clients,
         beats=PresenceScheduler(
             presence, interval_seconds=settings.broker_beat_seconds, probe=store.ping
         ),
@@ -226,7 +230,7 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         checks=checks,
         purges=purges,
         grpc=grpc_server(
-            settings, transactions, messages, consumers, metrics, hub, acl, presence, clock
+            settings, transactions, messages, consumers, metrics, hub, acl, presence, clients
         ),
     )
 
@@ -240,7 +244,7 @@ def grpc_server(
     hub: PullHub,
     acl: AclRuntime | None,
     presence: PresenceService,
-    clock: Callable[[], int],
+    clients: ClientService,
 ) -> GrpcServer | None:
     """RocketMQ 5's gRPC port when ``grpc_port`` is set; a port that would expose signed clients
     without TLS refuses the start (:func:`check_listen`)."""
@@ -267,7 +271,7 @@ def grpc_server(
         receive_max_wait_seconds=settings.receive_max_wait_seconds,
         acl_window_ms=int(settings.acl_window_seconds * 1000),
         presence=presence,
-        clients=ClientService(transactions.store, clock),
+        clients=clients,
     )
     return GrpcServer(served, listen)
 

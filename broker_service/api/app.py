@@ -27,6 +27,7 @@ from broker_service.api.routes import trace as trace_routes
 from broker_service.api.schemas import bodies
 from broker_service.domain.audit.service import AuditService
 from broker_service.domain.brokers.service import PresenceService
+from broker_service.domain.clients.service import ClientService
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.messages.service import MessageService
 from broker_service.domain.ports import StoreProbe
@@ -51,6 +52,7 @@ class Served:
     metrics: BrokerMetrics
     pull_hub: PullHub  # woken by the check-back scheduler, waited on by pull long-polls
     presence: PresenceService  # the brokers sharing the store
+    clients: ClientService  # the gRPC clients' profiles (the console names their language)
     acl: AclRuntime | None = None
     audit: AuditService | None = None  # the audit log admin actions are written to
     wake_checks: Callable[[], None] | None = None  # run the next check round now
@@ -118,6 +120,7 @@ def create_app(
     app.state.acl = served.acl
     app.state.wake_checks = served.wake_checks
     app.state.presence = served.presence
+    app.state.clients = served.clients
     errors.install(app)
     add_routes(app, ROUTERS)
     bodies.install_schemas(app)

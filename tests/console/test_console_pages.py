@@ -278,8 +278,8 @@ async def test_a_consumer_group_page_its_dead_letters_and_a_resend(migrated_url:
         engine.dispose()
         aged = (await client.get("/console/consumer-groups/smith-bank")).text
         assert 'id="members-live">1<' in aged
-        assert re.search(r"smith-old</td><td>[^<]*</td><td>gone</td>", aged)
-        assert re.search(r"smith-1</td><td>[^<]*</td><td>live</td>", aged)
+        assert re.search(r"smith-old</td><td>REST</td><td>[^<]*</td><td>gone</td>", aged)
+        assert re.search(r"smith-1</td><td>REST</td><td>[^<]*</td><td>live</td>", aged)
         dlq = await client.get("/console/consumer-groups/smith-bank/dlq")
         assert dlq.status_code == 200
         assert f'value="{dead}"' in dlq.text

@@ -60,6 +60,21 @@ def test_rocketmq_producer_to_framework_consumer(grpc_broker: GrpcBroker, tmp_pa
     assert message.keys == ("key-from-rocketmq",)
     assert message.properties["origin"] == "rmq-python"
     assert message.transaction_id == half["transaction_id"]
+    # the trace names each client's protocol; the console names the RocketMQ client
+    (started,) = [e for e in committed if e["event"] == "started"]
+    trace = grpc_broker.get(f"/v1/messages/{message.msg_id}/trace")["events"]
+    (stored,) = [e for e in trace if e["event"] == "HALF_STORED"]
+    assert stored["detail"]["client_id"] == started["client_id"]
+    assert stored["detail"]["via"] == "grpc"
+    assert stored["detail"]["client"].startswith("PYTHON 5.")
+    (decided,) = [e for e in trace if e["event"] == "COMMITTED"]
+    assert decided["detail"]["via"] == "grpc"
+    delivered = [e for e in trace if e["event"] in ("DELIVERED", "ACKED")]
+    assert delivered
+    assert {e["detail"]["via"] for e in delivered} == {"rest"}
+    page = httpx.get(f"{grpc_broker.url}/console/producer-groups/orders")
+    assert page.status_code == 200
+    assert "gRPC PYTHON 5." in page.text
 
 
 def test_framework_producer_to_rocketmq_simple_consumer(
@@ -103,3 +118,12 @@ def test_framework_producer_to_rocketmq_simple_consumer(
     assert received["properties"] == {"bank": "bob"}
     assert received["delivery_attempt"] == 1
     assert received["corrupted"] is False
+    trace = grpc_broker.get(f"/v1/messages/{sent.msg_id}/trace")["events"]
+    (stored,) = [e for e in trace if e["event"] == "HALF_STORED"]
+    assert stored["detail"]["via"] == "rest"
+    finished = [e for e in trace if e["event"] in ("DELIVERED", "ACKED")]
+    assert {e["event"] for e in finished} == {"DELIVERED", "ACKED"}
+    assert {e["detail"]["via"] for e in finished} == {"grpc"}
+    page = httpx.get(f"{grpc_broker.url}/console/consumer-groups/rmq-g")
+    assert page.status_code == 200
+    assert "gRPC PYTHON 5." in page.text

@@ -18,6 +18,7 @@ from broker_service.console import lags
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import checked_form, console_of, form_list, render, who
 from broker_service.domain.audit.model import AuditResult
+from broker_service.domain.clients.service import ClientService
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import DomainError, InvalidRequest
 from broker_service.domain.transactions.service import TransactionService
@@ -27,6 +28,16 @@ from broker_service.logs import redact
 def _consumers(request: Request) -> ConsumerService:
     service: ConsumerService = request.app.state.consumers
     return service
+
+
+REST_CLIENT = "REST"  # no gRPC profile: the client spoke halfmq's REST API (its framework)
+
+
+async def _agents(request: Request, client_ids: list[str]) -> dict[str, str]:
+    """What each gRPC client among ``client_ids`` says it is (``gRPC PYTHON 5.1.2``)."""
+    clients: ClientService = request.app.state.clients
+    profiles = await clients.profiles(client_ids)
+    return {client_id: f"gRPC {p.agent}" for client_id, p in profiles.items()}
 
 
 @router.get("/producer-groups")
@@ -43,11 +54,13 @@ async def producer_groups(request: Request, group: GroupQuery = None) -> Respons
 async def producer_group(group: GroupName, request: Request) -> Response:
     service: TransactionService = request.app.state.transactions
     instances = await service.producer_group(group)
+    agents = await _agents(request, [i.client_id for i in instances])
     policy = service.checkback.policy
     now = service.clock()
     rows = [
         {
             "client_id": i.client_id,
+            "client": agents.get(i.client_id, REST_CLIENT),
             "mode": "callback" if i.push else "pull",
             "callback_url": redact(i.callback_url) if i.callback_url else None,
             "last_heartbeat_at": i.last_heartbeat_at,
@@ -80,11 +93,14 @@ async def consumer_group(group: GroupName, request: Request) -> Response:
             audit=[], unreadable=redact(error.message),
         )  # fmt: skip
     audit = await console_of(request).auditor.entries(f"consumer-group:{group}", limit=20)
+    agents = await _agents(request, [m.client_id for m in view.members])
     return render(
         request,
         "consumer_group.html",
         group=group,
         view=view,
+        agents=agents,
+        rest_client=REST_CLIENT,
         expired=sum(q.expired for q in view.queues),
         audit=audit,
         unreadable=None,

@@ -23,6 +23,7 @@ from broker_service.domain.consumers.model import DeliveryState
 from broker_service.domain.errors import DomainError, missing
 from broker_service.domain.messages.model import PROP_REAL_TOPIC, StoredMessage
 from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.transactions.model import PROP_SENT_BY
 
 _RESOLVED = {"COMMITTED": "COMMITTED", "ROLLED_BACK": "ROLLED_BACK"}
 _FINISHED = {DeliveryState.ACKED: "ACKED", DeliveryState.NACKED: "NACKED"}
@@ -95,10 +96,53 @@ def trace(msg_id: str, broker_id: str) -> Callable[[StoreTx], list[TraceEvent]]:
             loaded = orjson.loads(recorded) if recorded else {}
             extra = loaded if isinstance(loaded, dict) else {"value": loaded}
             events.append(TraceEvent(at, event, actor, extra))
+        events = _with_protocol(tx, events, copies)
         events.sort(key=_in_order)
         return events
 
     return unit
+
+
+# A client's own acts: the one who sent the half, decided it, received or finished a delivery.
+_CLIENT_ACTS = frozenset(
+    {"HALF_STORED", "COMMITTED", "ROLLED_BACK", "DELIVERED", "ACKED", "NACKED"}
+)
+
+
+def _with_protocol(
+    tx: StoreTx, events: list[TraceEvent], copies: Sequence[StoredMessage]
+) -> list[TraceEvent]:
+    """Each client's act names the protocol it came by: ``via: grpc`` and what the client said
+    it is (``client: PYTHON 5.1.2``) for a RocketMQ 5 client, ``via: rest`` for any other.
+    The half's event names its sender when the half recorded it."""
+    sender = next(
+        (c.properties.get(PROP_SENT_BY) for c in copies if PROP_SENT_BY in c.properties), None
+    )
+
+    def actor(event: TraceEvent) -> str | None:
+        if event.event == "HALF_STORED":
+            return sender
+        if event.event in ("COMMITTED", "ROLLED_BACK") and event.by in ("producer", "check"):
+            return None  # the instance is not known (a request that named none)
+        return event.by if event.event in _CLIENT_ACTS else None
+
+    actors = [(e, actor(e)) for e in events]
+    known = tx.get_clients(sorted({a for _, a in actors if a}))
+    marked = []
+    for event, client_id in actors:
+        if client_id is None:
+            marked.append(event)
+            continue
+        profile = known.get(client_id)
+        detail = dict(event.detail)
+        if event.event == "HALF_STORED":
+            detail["client_id"] = client_id
+        if profile is None:
+            detail["via"] = "rest"
+        else:
+            detail |= {"via": "grpc", "client": profile.agent}
+        marked.append(TraceEvent(event.at, event.event, event.by, detail))
+    return marked
 
 
 # -- the clients' own reports ---------------------------------------------------------------------

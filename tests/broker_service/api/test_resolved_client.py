@@ -39,7 +39,8 @@ async def test_a_decision_naming_its_instance_is_traced_by_it(broker: BrokerApp,
     assert done.status_code == 200, done.text
     event = await _decided(broker, half["msg_id"])
     assert event["by"] == "bob-host:4242:ab12"
-    assert event["detail"] == {"resolved_by": "producer", "producer_group": GROUP}
+    # the instance spoke REST (no gRPC profile of it): the trace names the protocol
+    assert event["detail"] == {"resolved_by": "producer", "producer_group": GROUP, "via": "rest"}
     record = (await broker.client.get(f"/v1/transactions/{half['transaction_id']}")).json()
     assert (record["resolved_by"], record["resolved_client"]) == ("producer", "bob-host:4242:ab12")
 
