@@ -21,7 +21,7 @@ default 127.0.0.1:5432/test), the brokers run as real processes (``b0``, ``b1``,
    check server (``framework.checkserver``), which answers COMMIT or ROLLBACK from the body.
    checks/s = halves / (last resolution - first check's start), from the store's records.
 
-Correctness counts come from the store's records (``halfmq.brokers_drill.audit``): *resolved
+Correctness counts come from the store's records (``drills.brokers.audit``): *resolved
 twice* (more than one op record, or a wrong number of real messages), *checked at once* (two
 ``CHECKED`` spans of one half overlap: two brokers held its claim together), *checked again* (two
 checks answered a decision), *wrong*, *unresolved*; and *at once* from the check endpoint's own
@@ -59,10 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_service.store import migrate
 from broker_service.store.schema import transactions
-from framework import LocalTransactionState, Message, TransactionProducer
-from framework.config import CheckMode
-from framework.errors import HalfMQError
-from halfmq.brokers_drill import (
+from drills.brokers import (
     TOPIC,
     Audit,
     CheckEndpoint,
@@ -73,6 +70,9 @@ from halfmq.brokers_drill import (
     endpoint_overlaps,
     postgres_cpu_seconds,
 )
+from framework import LocalTransactionState, Message, TransactionProducer
+from framework.config import CheckMode
+from framework.errors import HalfMQError
 
 PG_BASE = os.environ.get("HALFMQ_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 # Halves are due only when the bench says so; claims expire 1 + 2 x 2 = 5 s after they are made.

@@ -1,9 +1,9 @@
 """PostgreSQL failovers in a row under load: what the clients lose (nothing, it must be), how long
 they are refused, and the throughput before and after.
 
-A primary and its synchronous standby (``halfmq.pg_cluster``, the machine's PostgreSQL binaries on
+A primary and its synchronous standby (``drills.pg_cluster``, the machine's PostgreSQL binaries on
 free loopback ports), two brokers on the multi-host URL, raw HTTP workers and the framework's
-producer and consumer (``halfmq.failover_drill``).  Each round:
+producer and consumer (``drills.failover``).  Each round:
 
 1. the load runs; the throughput is measured over ``--measure`` seconds (synchronous standby on);
 2. the primary is SIGKILLed (its whole process group), and ``--detect`` seconds later the standby
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import httpx
 
-from halfmq.failover_drill import WRITES, Drill, Verdict
+from drills.failover import WRITES, Drill, Verdict
 
 
 @dataclass(frozen=True, slots=True)
