@@ -463,6 +463,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/console/messages/{msg_id}"): admin,
     ("GET", "/console/reconciliation"): admin,
     ("GET", "/console/reconciliation/{report}"): admin,
+    ("POST", "/console/reconciliation/{report}/breaks/{break_id}/status"): admin,
     ("GET", "/console/audit"): admin,
 }
 
