@@ -223,6 +223,21 @@ class BrokerMetrics:
             buckets=REQUEST_BUCKETS,
             registry=observed,
         )
+        self.grpc_seconds = Histogram(
+            "halfmq_grpc_seconds",
+            "RPCs of the RocketMQ 5 gRPC port, from the request read to the answer built, by RPC "
+            "and the Code its status answered (OK, FORBIDDEN, MESSAGE_NOT_FOUND, ...)",
+            ["rpc", "code"],
+            buckets=REQUEST_BUCKETS,
+            registry=observed,
+        )
+        self.grpc_streams = Gauge(
+            "halfmq_grpc_streams",
+            "Telemetry streams this broker holds, by client type (PRODUCER, SIMPLE_CONSUMER, "
+            "PUSH_CONSUMER; UNSET before the client's Settings)",
+            ["client_type"],
+            registry=self.registry,
+        )
         self.store_commit_seconds = Histogram(
             "halfmq_store_commit_seconds",
             "Group commits of the store's writer: one store transaction, from its begin to its "

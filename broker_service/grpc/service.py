@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -136,7 +137,9 @@ class MessagingService:
     async def _answer(
         self, rpc_name: str, build: Callable[[pb.Status], R], work: Callable[[], Awaitable[R]]
     ) -> R:
-        """Run ``work``; an error of ours, or an unexpected one, becomes ``build(status)``."""
+        """Run ``work``; an error of ours, or an unexpected one, becomes ``build(status)``.
+        Timed, by RPC and answered code, in ``halfmq_grpc_seconds``."""
+        started = time.perf_counter()
         try:
             answer = await work()
         except Failed as failed:
@@ -146,6 +149,9 @@ class MessagingService:
         except Exception:
             log.exception("gRPC %s failed", rpc_name)
             answer = build(status(Code.INTERNAL_SERVER_ERROR, "internal error (see broker log)"))
+        code = Code.Name(answer.status.code)  # type: ignore[attr-defined]
+        elapsed = time.perf_counter() - started
+        self.served.metrics.grpc_seconds.labels(rpc=rpc_name, code=code).observe(elapsed)
         return answer
 
     def _not_implemented(self, name: str) -> Callable[..., Any]:
@@ -231,6 +237,7 @@ class MessagingService:
             yield rpc.TelemetryCommand(status=failed.status)
             return
         session = Session(caller, caller.access_key)
+        self._count_stream(session, "UNSET")
         reader = asyncio.create_task(self._read_telemetry(requests, session, context))
         if caller.client_id:  # a known client's stream counts at once, before its Settings
             self._background(self._recall(session))
@@ -242,8 +249,19 @@ class MessagingService:
                 yield command
         finally:
             reader.cancel()
+            self._count_stream(session, None)
             # not awaited here: a generator the server cancels may not await in its finally
             self._background(self.registry.retire(session, "its Telemetry stream closed"))
+
+    def _count_stream(self, session: Session, kind: str | None) -> None:
+        """``halfmq_grpc_streams``: the stream counted under ``kind`` (its client type), or no
+        longer counted (None: it ended)."""
+        streams = self.served.metrics.grpc_streams
+        if session.kind is not None:
+            streams.labels(client_type=session.kind).dec()
+        session.kind = kind
+        if kind is not None:
+            streams.labels(client_type=kind).inc()
 
     async def _read_telemetry(
         self, requests: AsyncIterator[rpc.TelemetryCommand], session: Session, context: Any
@@ -274,6 +292,8 @@ class MessagingService:
 
     async def _apply(self, session: Session, settings: pb.Settings, caller: Caller) -> pb.Settings:
         """Register the stream's client as its Settings describe it; the broker's settings."""
+        if session.kind is not None:  # not once it ended
+            self._count_stream(session, pb.ClientType.Name(settings.client_type))
         if settings.client_type == _PRODUCER:
             topics = [topic.name for topic in settings.publishing.topics]
             session.settings = settings

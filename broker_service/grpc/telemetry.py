@@ -55,6 +55,7 @@ class Session:
     outgoing: asyncio.Queue[rpc.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
     pumps: list[asyncio.Task[None]] = field(default_factory=list)
     closed: bool = False  # its stream ended: never registered again
+    kind: str | None = None  # the client type it is counted under in halfmq_grpc_streams
 
     @property
     def client_id(self) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as rpc
@@ -139,6 +140,11 @@ def test_a_stream_reopened_without_settings_is_checked_at_once(
                 timeout=30,
             )
             assert ended.status.code == pb.Code.OK
+            metrics = httpx.get(f"{grpc_broker.url}/metrics").text
+            # the reopened stream counts as a producer's (the closed one no longer counts)
+            assert 'halfmq_grpc_streams{client_type="PRODUCER"} 1.0' in metrics
+            assert 'halfmq_grpc_seconds_count{code="OK",rpc="SendMessage"} 1.0' in metrics
+            assert 'halfmq_grpc_seconds_count{code="OK",rpc="EndTransaction"} 1.0' in metrics
         finally:
             second.close()
     record = grpc_broker.get(f"/v1/transactions/{entry.transaction_id}")
