@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from halfmq_wire.errors import AuthCode, error_body
+
 
 class HalfMQError(Exception):
     """The root of every error the framework raises."""
@@ -156,7 +158,7 @@ class BodyDecodeError(HalfMQError, ValueError):
 
 class SignatureRejected(HalfMQError):
     """A signed request this side refused: a push check whose signature does not verify against
-    the producer's own credentials.  ``code`` is one of the broker's 401 codes."""
+    the producer's own credentials.  ``code`` is one of the contract's 401 codes (``AuthCode``)."""
 
     status = 401
 
@@ -169,11 +171,11 @@ class SignatureRejected(HalfMQError):
         return f"{self.status} {self.code}: {self.message}"
 
     def envelope(self) -> dict[str, Any]:
-        """The answer's body, in the broker's error shape."""
-        return {"error": {"code": self.code, "message": self.message, "detail": self.detail}}
+        """The answer's body: the contract's error envelope, as the broker writes it."""
+        return error_body(self.code, self.message, self.detail)
 
 
-TIMESTAMP_SKEWED = "TIMESTAMP_SKEWED"
+TIMESTAMP_SKEWED = AuthCode.TIMESTAMP_SKEWED  # the contract's code, kept under its old name
 _BY_STATUS: dict[int, type[BrokerError]] = {
     400: InvalidRequestError,
     401: AuthenticationError,

@@ -14,25 +14,19 @@ key nor the signature the broker expected.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
+# The codes are the wire contract's (docs/acl.md, "Errors"): one enum, with the status of each,
+# for the broker that refuses and the client that reads the refusal.
+from halfmq_wire.errors import AuthCode as AclErrorCode
 
-class AclErrorCode(StrEnum):
-    SIGNATURE_MISSING = "SIGNATURE_MISSING"
-    ACCESS_KEY_UNKNOWN = "ACCESS_KEY_UNKNOWN"
-    SIGNATURE_INVALID = "SIGNATURE_INVALID"
-    TIMESTAMP_SKEWED = "TIMESTAMP_SKEWED"
-    NONCE_REPLAYED = "NONCE_REPLAYED"
-    ADDRESS_NOT_ALLOWED = "ADDRESS_NOT_ALLOWED"
-    PERMISSION_DENIED = "PERMISSION_DENIED"
-
-    @property
-    def status(self) -> int:
-        return 403 if self in _FORBIDDEN else 401
-
-
-_FORBIDDEN = frozenset({AclErrorCode.ADDRESS_NOT_ALLOWED, AclErrorCode.PERMISSION_DENIED})
+__all__ = [
+    "AclDenied",
+    "AclError",
+    "AclErrorCode",
+    "AclFileError",
+    "AclUnauthenticated",
+]
 
 
 class AclError(Exception):

@@ -10,13 +10,16 @@ Each command's module is imported only when that command runs (or shows its help
 the broker, the framework, SQLAlchemy, FastAPI or Spark, and ``halfmq --help`` needs none of them.
 :class:`LazyGroup` lists the commands from :data:`COMMANDS` -- a name, the line ``halfmq --help``
 shows, and how to load it -- and builds a command the first time it is asked for.
+
+The client alone (``pip install halfmq``) runs the REST commands; a command that needs an extra's
+libraries (the broker's, Spark's) says which one to install, in one line, and exits 2.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -161,6 +164,61 @@ COMMANDS: dict[str, Lazy] = {
 }
 
 
+# The top-level modules each extra installs (pyproject's optional dependencies), by the name an
+# import fails with; halfmq's own parts are none of them, so a missing module of ours stays a bug.
+EXTRAS: dict[str, tuple[str, frozenset[str]]] = {
+    "broker": (
+        "the broker",
+        frozenset(
+            {
+                "fastapi",
+                "starlette",
+                "uvicorn",
+                "alembic",
+                "psycopg",
+                "pydantic",
+                "pydantic_core",
+                "pydantic_settings",
+                "typing_extensions",
+                "prometheus_client",
+                "yaml",
+                "asgi_lifespan",
+                "jinja2",
+                "multipart",
+                "python_multipart",
+                "grpc",
+                "rocketmq",
+            }
+        ),
+    ),
+    "spark": ("Spark", frozenset({"pyspark", "pyarrow", "pandas", "zstandard"})),
+}
+
+
+def extra_missing(error: ModuleNotFoundError) -> tuple[str, str] | None:
+    """``(extra, what it installs)`` when ``error`` is an extra's library missing, else None."""
+    top = (error.name or "").partition(".")[0]
+    for extra, (what, modules) in EXTRAS.items():
+        if top in modules:
+            return extra, what
+    return None
+
+
+def needs_extra(command: str, error: ModuleNotFoundError) -> NoReturn:
+    """One line on stderr naming the extra to install, and exit 2; any other missing module (one
+    of halfmq's own) is raised as it is."""
+    missing = extra_missing(error)
+    if missing is None:
+        raise error
+    extra, what = missing
+    typer.echo(
+        f"error: halfmq {command} needs {what} ({error.name} is not installed): "
+        f"pip install 'halfmq[{extra}]'",
+        err=True,
+    )
+    raise typer.Exit(2)
+
+
 def build(name: str, lazy: Lazy) -> Any:
     """The command as ``add_typer`` / ``command`` would have made it under the top app (click's
     own help layout, as the top app's)."""
@@ -214,7 +272,16 @@ class LazyGroup(TyperGroup):
         return list(self.commands)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        return self.commands.get(cmd_name)
+        try:
+            return self.commands.get(cmd_name)
+        except ModuleNotFoundError as error:  # importing the command
+            needs_extra(cmd_name, error)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as error:  # running it: a lazy import inside the command
+            needs_extra(ctx.invoked_subcommand or "", error)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         # What click's own does, with a stand-in (its ``about``) for a command not yet imported.
