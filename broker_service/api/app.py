@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from fastapi import APIRouter, FastAPI
+from starlette.types import ASGIApp
 
 from broker_service.acl.runtime import AclRuntime
 from broker_service.api import errors
@@ -17,7 +18,8 @@ from broker_service.api.audit import AdminAudit
 from broker_service.api.gate import AclGate
 from broker_service.api.hardening import HeaderLimits, TrustedHosts, allowed_hosts
 from broker_service.api.limits import BodyLimit
-from broker_service.api.observe import RequestTimer
+from broker_service.api.observe import RequestTimer, RouteTemplates
+from broker_service.api.permissions import OPS_ROUTES, RouteRules, admin, each_route, needs
 from broker_service.api.routes import acl as acl_routes
 from broker_service.api.routes import brokers as broker_routes
 from broker_service.api.routes import checks, messages, ops, producers, store, topics, transactions
@@ -89,6 +91,38 @@ def add_routes(app: FastAPI, routers: tuple[APIRouter, ...]) -> None:
         app.router.routes.extend(router.routes)
 
 
+def declare_framework_routes(app: FastAPI) -> None:
+    """FastAPI's own pages (the OpenAPI document, its two browsers) are declared here, as each
+    of ours is where it is defined: an operator's, public with ``acl_public_ops``."""
+    for _path, route in each_route(app.routes):
+        if route.path in OPS_ROUTES:
+            needs(admin)(route.endpoint)
+
+
+def acl_gate(
+    app: FastAPI, served: Served, settings: BrokerSettings
+) -> Callable[[ASGIApp], ASGIApp]:
+    """The ACL gate, its table built from what every route of ``app`` declares when Starlette
+    builds the middleware -- once, at start-up, after the console has mounted its routes."""
+
+    def build(inner: ASGIApp) -> ASGIApp:
+        routes = RouteRules.of(app.routes, public_ops=settings.acl_public_ops)
+        return AclGate(inner, served.acl, routes=routes, rate_per_second=settings.acl_rate_limit)
+
+    return build
+
+
+def request_timer(app: FastAPI, served: Served) -> Callable[[ASGIApp], ASGIApp]:
+    """The request timer, with the path templates of every route the app has at start-up."""
+
+    def build(inner: ASGIApp) -> ASGIApp:
+        paths = [path for path, _route in each_route(app.routes)]
+        templates = RouteTemplates([*paths, *OPS_ROUTES])
+        return RequestTimer(inner, histogram=served.metrics.request_seconds, templates=templates)
+
+    return build
+
+
 def request_limit(settings: BrokerSettings) -> int:
     """A request may carry one max-size message as base64 plus its JSON around it."""
     return settings.max_message_bytes * 4 // 3 + 64 * 1024
@@ -123,16 +157,12 @@ def create_app(
     app.state.clients = served.clients
     errors.install(app)
     add_routes(app, ROUTERS)
+    declare_framework_routes(app)
     bodies.install_schemas(app)
     # Outermost last: the request timer (the `metrics` setting), header limits, then the Host
     # check, then the body limit, then the ACL gate (which reads the body to check its signature,
     # inside the body limit).
-    app.add_middleware(
-        AclGate,
-        acl=served.acl,
-        public_ops=settings.acl_public_ops,
-        rate_per_second=settings.acl_rate_limit,
-    )
+    app.add_middleware(acl_gate(app, served, settings))
     # Outside the gate: a refused admin action is audited too.
     app.add_middleware(
         AdminAudit, audit=served.audit, metrics=served.metrics, acl_on=served.acl is not None
@@ -143,5 +173,5 @@ def create_app(
         HeaderLimits, max_bytes=settings.max_header_bytes, max_headers=settings.max_headers
     )
     if served.metrics.observe:
-        app.add_middleware(RequestTimer, histogram=served.metrics.request_seconds)
+        app.add_middleware(request_timer(app, served))
     return app

@@ -2,8 +2,9 @@
 
 For each HTTP request, with the ACL on:
 
-1. find the route it goes to (the app's own route table) and its rule (:mod:`.permissions`; a route
-   with none needs admin); a public route passes untouched;
+1. find the route it goes to and its rule, in the table built at start-up from what each route
+   declares (:class:`.permissions.RouteRules`; a route with none needs admin); a public route
+   passes untouched;
 2. read the body, and verify the signature over the canonical request (401: unsigned, unknown key,
    bad signature, timestamp outside the window);
 3. the account's white lists and the route's needs (403; a commit's need on its transaction's
@@ -49,9 +50,9 @@ from broker_service.api.permissions import (
     BY_BODY,
     BY_PATH,
     Ask,
+    RouteRules,
     TransactionGuard,
     public,
-    rule_for,
 )
 from broker_service.domain.errors import DomainError
 
@@ -118,12 +119,12 @@ class AclGate:
         app: ASGIApp,
         acl: AclRuntime | None,
         *,
-        public_ops: bool,
+        routes: RouteRules,
         rate_per_second: float,
     ) -> None:
         self.app = app
         self.acl = acl
-        self.public_ops = public_ops
+        self.routes = routes  # what each route declared, built once at start-up
         self.rates = RateLimits(rate_per_second)
         self._decided: _Decided | None = None  # what the enforced ACL allowed
         self._rules: dict[tuple[str, str], tuple[Any, dict[str, str]]] = {}  # (method, path)
@@ -189,11 +190,11 @@ class AclGate:
         await self.app(scope, _replay(body, receive), send)
 
     def _rule_for(self, method: str, path: str) -> tuple[Any, dict[str, str]]:
-        """:func:`rule_for`, remembered per (method, path): a producer sends to a few paths all
+        """The table's rule, remembered per (method, path): a producer sends to a few paths all
         day long, and matching a path against the table's patterns is most of the lookup."""
         found = self._rules.get((method, path))
         if found is None:
-            found = rule_for(method, path, public_ops=self.public_ops)
+            found = self.routes.rule_for(method, path)
             _remember_entry(self._rules, (method, path), found)
         return found
 

@@ -8,6 +8,8 @@ from typing import Any
 from fastapi import FastAPI, Response
 
 from broker_service.acl.runtime import AclRuntime
+from broker_service.api import permissions as rules
+from broker_service.api.permissions import needs
 from broker_service.console import views
 from broker_service.console.auditing import Auditor, action_of
 from broker_service.console.routes import (
@@ -69,6 +71,7 @@ def mount_console(
     app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
 
 
+@needs(rules.public)
 async def favicon() -> Response:
     """The console's icon where a browser looks for one by itself: answered, not refused (a 401
     and a log line per page otherwise)."""

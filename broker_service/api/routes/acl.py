@@ -15,7 +15,9 @@ from fastapi import APIRouter, Path, Request, Response, status
 from broker_service.acl.addresses import parse_address
 from broker_service.acl.model import Account, AclConfig, Perm
 from broker_service.acl.runtime import AclRuntime
+from broker_service.api import permissions as rules
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.permissions import needs
 from broker_service.api.schemas.acl import AccountIn, AccountOut, AclOut, GlobalWhiteIn, VersionOut
 from broker_service.domain.errors import Conflict, InvalidRequest, NotFound
 
@@ -56,12 +58,14 @@ def _acl_out(config: AclConfig) -> AclOut:
 
 
 @router.get("", response_model=AclOut)
+@needs(rules.admin)
 async def show(request: Request) -> AclOut:
     """The enforced version: accounts and white lists, never a secret (mqadmin getAclConfig)."""
     return _acl_out(_runtime(request).config)
 
 
 @router.get("/version", response_model=VersionOut)
+@needs(rules.admin)
 async def version(request: Request) -> VersionOut:
     """The enforced version (mqadmin clusterAclConfigVersion)."""
     return VersionOut(version=_runtime(request).config.version)
@@ -115,6 +119,7 @@ def _updated(old: Account | None, access_key: str, body: AccountIn) -> Account:
 
 
 @router.put("/accounts/{access_key}", response_model=AccountOut)
+@needs(rules.admin)
 async def update_account(access_key: AccessKey, body: AccountIn, request: Request) -> AccountOut:
     """Create or change an account (mqadmin updateAccessConfig)."""
     acl = _runtime(request)
@@ -124,6 +129,7 @@ async def update_account(access_key: AccessKey, body: AccountIn, request: Reques
 
 
 @router.delete("/accounts/{access_key}", status_code=status.HTTP_204_NO_CONTENT)
+@needs(rules.admin)
 async def delete_account(access_key: AccessKey, request: Request) -> Response:
     """Remove an account (mqadmin deleteAccessConfig)."""
     acl = _runtime(request)
@@ -134,6 +140,7 @@ async def delete_account(access_key: AccessKey, request: Request) -> Response:
 
 
 @router.put("/global-white", response_model=AclOut)
+@needs(rules.admin)
 async def update_global_white(body: GlobalWhiteIn, request: Request) -> AclOut:
     """Replace the global white list (mqadmin updateGlobalWhiteAddr)."""
     acl = _runtime(request)

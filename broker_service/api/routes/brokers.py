@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from broker_service.api import permissions as rules
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.permissions import needs
 from broker_service.api.schemas.brokers import BrokerOut, BrokersOut
 from broker_service.api.schemas.common import rfc3339
 from broker_service.domain.brokers.model import BrokerSeen
@@ -29,6 +31,7 @@ def broker_out(seen: BrokerSeen) -> BrokerOut:
 
 
 @router.get("", response_model=BrokersOut)
+@needs(rules.admin)
 async def list_brokers(request: Request) -> BrokersOut:
     """Every broker whose beat the store holds (one not seen for a day is forgotten): live when
     seen within three beats, else when it was last seen."""

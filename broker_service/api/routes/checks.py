@@ -11,9 +11,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
+from broker_service.api import permissions as rules
 from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupName, IdPath, TextQuery
+from broker_service.api.permissions import PUB, needs
 from broker_service.api.schemas.checks import CheckOut, ChecksOut, InstanceOut, ProducerGroupOut
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.transactions import TransactionOut
@@ -29,6 +31,7 @@ def _hub(request: Request) -> PullHub:
 
 
 @router.get("/v1/producer-groups/{group}/checks", response_model=ChecksOut)
+@needs(rules.path_group(PUB))
 async def pull_checks(
     group: GroupName,
     request: Request,
@@ -61,6 +64,7 @@ async def pull_checks(
 
 
 @router.get("/v1/producer-groups/{group}", response_model=ProducerGroupOut)
+@needs(rules.path_group(PUB))
 async def get_producer_group(
     group: GroupName, service: TransactionsDep, settings: SettingsDep
 ) -> ProducerGroupOut:
@@ -89,6 +93,7 @@ async def get_producer_group(
 
 
 @router.delete("/v1/producer-groups/{group}", status_code=status.HTTP_204_NO_CONTENT)
+@needs(rules.admin)
 async def delete_producer_group(group: GroupName, service: TransactionsDep) -> Response:
     """Forget the group's instances.  Its pending halves are kept; rounds skip them without
     counting until an instance heartbeats again."""
@@ -97,6 +102,7 @@ async def delete_producer_group(group: GroupName, service: TransactionsDep) -> R
 
 
 @router.post("/v1/transactions/{transaction_id}/check", response_model=TransactionOut)
+@needs(rules.admin)
 async def check_now(transaction_id: IdPath, request: Request, service: TransactionsDep) -> Any:
     """Operator: check this transaction in the next round, also when it is DISCARDED (traced
     as OPERATOR_CHECK by the operator's access key, and RESUMED)."""

@@ -7,10 +7,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
+from broker_service.api import permissions as rules
 from broker_service.api.deps import ConsumersDep, MetricsDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupName, IdPath
-from broker_service.api.permissions import read_guard
+from broker_service.api.permissions import SUB, needs, read_guard
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.consumers import (
     AckIn,
@@ -98,6 +99,7 @@ def _dead_out(dead: DeadMessage) -> DeadOut:
     status_code=status.HTTP_201_CREATED,
     responses={200: {"model": GroupOut, "description": "The group exists with the same config"}},
 )
+@needs(rules.create_consumer_group)
 async def create_group(body: GroupIn, consumers: ConsumersDep, response: Response) -> GroupOut:
     """Create a group: 201; the same config again: 200; another config: 409."""
     created = await consumers.create_group(
@@ -121,6 +123,7 @@ async def create_group(body: GroupIn, consumers: ConsumersDep, response: Respons
     status_code=status.HTTP_201_CREATED,
     responses={200: {"model": SubscriptionOut, "description": "The same subscription again"}},
 )
+@needs(rules.group_and_body_topic(SUB))
 async def subscribe(
     group: GroupName, body: SubscriptionIn, consumers: ConsumersDep, response: Response
 ) -> SubscriptionOut:
@@ -133,6 +136,7 @@ async def subscribe(
 
 
 @router.post("/{group}/receive", response_model=ReceiveOut)
+@needs(rules.group_and_body_topic(SUB))
 async def receive(
     group: GroupName, body: ReceiveIn, consumers: ConsumersDep, metrics: MetricsDep
 ) -> Response:
@@ -154,6 +158,7 @@ async def receive(
 
 
 @router.post("/{group}/ack", response_model=AckResult)
+@needs(rules.path_group(SUB))
 async def ack(
     group: GroupName, body: AckIn, consumers: ConsumersDep, metrics: MetricsDep
 ) -> Response:
@@ -165,6 +170,7 @@ async def ack(
 
 
 @router.post("/{group}/nack", response_model=NackOut)
+@needs(rules.path_group(SUB))
 async def nack(
     group: GroupName, body: NackIn, consumers: ConsumersDep, metrics: MetricsDep
 ) -> NackOut:
@@ -182,6 +188,7 @@ async def nack(
 
 
 @router.post("/{group}/change-invisible", response_model=ChangeInvisibleOut)
+@needs(rules.path_group(SUB))
 async def change_invisible(
     group: GroupName, body: ChangeInvisibleIn, consumers: ConsumersDep
 ) -> ChangeInvisibleOut:
@@ -194,6 +201,7 @@ async def change_invisible(
 
 
 @router.get("/{group}", response_model=GroupViewOut)
+@needs(rules.path_group(SUB))
 async def show_group(group: GroupName, consumers: ConsumersDep) -> GroupViewOut:
     """Subscriptions, members, and per topic and queue: committed and max offset, lag, in flight,
     retrying and dead."""
@@ -235,6 +243,7 @@ async def show_group(group: GroupName, consumers: ConsumersDep) -> GroupViewOut:
 
 
 @router.post("/{group}/reset-offset", response_model=ResetOut)
+@needs(rules.admin)
 async def reset_offset(group: GroupName, body: ResetIn, consumers: ConsumersDep) -> ResetOut:
     """Operator: consume the topic again from the first message stored at or after ``timestamp``
     (forward or back).  Messages in flight of the topic come again; their handles go stale."""
@@ -247,6 +256,7 @@ async def reset_offset(group: GroupName, body: ResetIn, consumers: ConsumersDep)
 
 
 @router.get("/{group}/dlq", response_model=DeadListOut)
+@needs(rules.path_group(SUB))
 async def list_dead(
     request: Request,
     group: GroupName,
@@ -260,6 +270,7 @@ async def list_dead(
 
 
 @router.post("/{group}/dlq/{msg_id}/resend", response_model=DeadOut)
+@needs(rules.admin)
 async def resend(
     group: GroupName, msg_id: IdPath, consumers: ConsumersDep, metrics: MetricsDep
 ) -> DeadOut:
@@ -276,6 +287,7 @@ _TRACE_EVENTS = set(TraceEventOut.model_fields["event"].annotation.__args__)  # 
 
 
 @trace_router.get("/{msg_id}/trace", response_model=TraceOut)
+@needs(rules.admin)
 async def trace(msg_id: IdPath, consumers: ConsumersDep) -> TraceOut:
     """What happened to a message, oldest first: stored (SENT / HALF_STORED), resolved
     (COMMITTED / ROLLED_BACK, DISCARDED), and for each consumer group DELIVERED, ACKED, NACKED,

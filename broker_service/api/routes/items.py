@@ -17,9 +17,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from broker_service.api import convert
+from broker_service.api import permissions as rules
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.items import Item, answer_each
-from broker_service.api.permissions import ItemGuard, item_guard
+from broker_service.api.permissions import ItemGuard, item_guard, needs
 from broker_service.api.routes.topics import send_one
 from broker_service.api.routes.transactions import resolve, store_half
 from broker_service.api.schemas.bodies import body_schema, json_bytes, validated
@@ -43,6 +44,7 @@ sends_router = APIRouter(tags=["topics"], responses=ERROR_RESPONSES)
 @router.post(
     "/v1/transactions:batch", response_model=HalvesOut, openapi_extra=body_schema(HalvesIn)
 )
+@needs(rules.each_item)
 async def send_halves(request: Request) -> Response:
     """Store many halves, each as ``POST /v1/transactions`` would, each answered on its own
     (``{"status": 201, "result": half}`` or ``{"status", "error"}``), in order."""
@@ -66,6 +68,7 @@ def _half(request: Request, half: TransactionIn, guard: ItemGuard | None) -> Ite
     response_model=DecisionsOut,
     openapi_extra=body_schema(DecisionsIn),
 )
+@needs(rules.each_item)
 async def decide_many(request: Request) -> Response:
     """Commit or roll back many halves, each as ``POST /v1/transactions/{id}/commit`` or
     ``/rollback`` would -- exactly one decision wins per transaction, a repeat answers the same --
@@ -89,6 +92,7 @@ def _decision(request: Request, decision: DecisionItemIn, guard: ItemGuard | Non
 @sends_router.post(
     "/v1/messages:batch", response_model=SendsOut, openapi_extra=body_schema(SendsIn)
 )
+@needs(rules.each_item)
 async def send_many(request: Request) -> Response:
     """Store many messages, each to its own topic as ``POST /v1/topics/{topic}/messages`` would,
     each answered on its own, in order (not all or nothing: that is the topic's

@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from broker_service.api import convert
+from broker_service.api import permissions as rules
 from broker_service.api.deps import MessagesDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import IdPath, KeyQuery, TopicQuery
-from broker_service.api.permissions import read_guard
+from broker_service.api.permissions import needs, read_guard
 from broker_service.api.schemas.common import TimeIn
 from broker_service.api.schemas.messages import MessageLifeOut, MessageListOut
 from broker_service.domain.ports import MessageQuery
@@ -19,11 +20,13 @@ router = APIRouter(prefix="/v1/messages", tags=["messages"], responses=ERROR_RES
 
 
 @router.get("/{msg_id}", response_model=MessageLifeOut)
+@needs(rules.admin)
 async def get_message(msg_id: IdPath, service: MessagesDep) -> MessageLifeOut:
     return convert.life_out(await service.message_life(msg_id))
 
 
 @router.get("", response_model=MessageListOut)
+@needs(rules.find_messages)
 async def find_messages(
     request: Request,
     service: MessagesDep,

@@ -8,8 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from broker_service.api import permissions as rules
 from broker_service.api.deps import MetricsDep, SettingsDep
 from broker_service.api.errors import ERROR_RESPONSES, envelope
+from broker_service.api.permissions import needs
 from broker_service.api.schemas.common import AnyJson, EchoOut
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.ports import StoreProbe
@@ -23,12 +25,14 @@ PENDING_AGES = (0, 6, 60, 600, 3600, 86400)
 
 
 @router.get("/healthz")
+@needs(rules.public)
 async def healthz() -> dict[str, str]:
     """The process is alive (says nothing of the store)."""
     return {"status": "ok"}
 
 
 @router.get("/readyz", responses={503: ERROR_RESPONSES[503]})
+@needs(rules.public)
 async def readyz(request: Request, metrics: MetricsDep) -> Any:
     """Ready when the store is reachable and its schema is at the migrations' head."""
     store: StoreProbe = request.app.state.store
@@ -45,6 +49,7 @@ async def readyz(request: Request, metrics: MetricsDep) -> Any:
     # With the ACL on, an admin's unless acl_public_ops opens it to scrapers without keys.
     responses={code: ERROR_RESPONSES[code] for code in (401, 403, 503)},
 )
+@needs(rules.admin)
 async def metrics_text(request: Request, metrics: MetricsDep, settings: SettingsDep) -> Response:
     """Always answers: a store that cannot be read leaves its families out (see
     :class:`~broker_service.metrics.StoreReadings`) and shows as not ready; with the ``metrics``
@@ -93,6 +98,7 @@ async def read_the_store(
 
 
 @router.post("/v1/echo", response_model=EchoOut)
+@needs(rules.admin)
 async def echo(payload: Annotated[AnyJson, Body()] = None) -> EchoOut:
     """Diagnostic: answers its body and touches no store (the benchmarks' ceiling)."""
     return EchoOut(echo=payload)

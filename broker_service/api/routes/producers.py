@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from broker_service.api import permissions as rules
 from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.hardening import callback_limits
 from broker_service.api.params import GroupName
+from broker_service.api.permissions import PUB, needs
 from broker_service.api.schemas.checks import HeartbeatIn, HeartbeatOut
 
 router = APIRouter(
@@ -16,6 +18,7 @@ router = APIRouter(
 
 
 @router.post("/{group}/heartbeat", response_model=HeartbeatOut)
+@needs(rules.path_group(PUB))
 async def heartbeat(
     group: GroupName,
     body: HeartbeatIn,

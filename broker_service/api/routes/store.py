@@ -9,8 +9,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
+from broker_service.api import permissions as rules
 from broker_service.api.deps import SettingsDep
 from broker_service.api.errors import ERROR_RESPONSES
+from broker_service.api.permissions import needs
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.store import (
     ExpiryOut,
@@ -55,6 +57,7 @@ def retention_out(settings: BrokerSettings) -> RetentionOut:
 
 
 @router.get("/stats", response_model=StoreStatsOut)
+@needs(rules.admin)
 async def stats(service: RetentionDep, settings: SettingsDep) -> StoreStatsOut:
     """Size, rows per table, the oldest message, the export watermark, what retention expired
     per consumer group, and the retention settings."""
@@ -75,6 +78,7 @@ async def stats(service: RetentionDep, settings: SettingsDep) -> StoreStatsOut:
 
 
 @router.post("/purge", response_model=PurgeOut)
+@needs(rules.admin)
 async def purge(
     service: RetentionDep,
     settings: SettingsDep,

@@ -7,9 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 
 from broker_service.api import convert
+from broker_service.api import permissions as rules
 from broker_service.api.deps import MessagesDep, messages_of, metrics_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import TopicName, UserTopicName
+from broker_service.api.permissions import PUB, SUB, needs
 from broker_service.api.schemas.bodies import body_schema, json_bytes, validated
 from broker_service.api.schemas.messages import (
     BatchIn,
@@ -31,6 +33,7 @@ router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=ERROR_RESPONS
     response_model=TopicOut,
     responses={200: {"model": TopicOut, "description": "The topic exists with the same config"}},
 )
+@needs(rules.admin)
 async def create_topic(body: TopicIn, service: MessagesDep, response: Response) -> TopicOut:
     """Create a topic; the same config again is 200, another config 409."""
     result = await service.create_topic(body.name, body.queues, body.order)
@@ -40,22 +43,26 @@ async def create_topic(body: TopicIn, service: MessagesDep, response: Response) 
 
 
 @router.get("", response_model=TopicListOut)
+@needs(rules.admin)
 async def list_topics(service: MessagesDep) -> TopicListOut:
     return TopicListOut(topics=[convert.topic_out(v) for v in await service.list_topics()])
 
 
 @router.get("/{topic}", response_model=TopicOut)
+@needs(rules.path_topic(SUB))
 async def get_topic(topic: TopicName, service: MessagesDep) -> TopicOut:
     return convert.topic_out(await service.get_topic(topic))
 
 
 @router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT)
+@needs(rules.admin)
 async def delete_topic(topic: UserTopicName, service: MessagesDep) -> Response:
     await service.delete_topic(topic)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/{topic}/messages", status_code=status.HTTP_201_CREATED, response_model=SendResultOut)
+@needs(rules.path_topic(PUB))
 async def send_message(topic: UserTopicName, body: MessageIn, request: Request) -> Response:
     """Store one message; a retransmit with the same ``msg_id`` and content is answered again."""
     sent = await send_one(request, topic, body)
@@ -76,6 +83,7 @@ async def send_one(request: Request, topic: str, body: MessageIn) -> dict[str, A
     response_model=BatchResultOut,
     openapi_extra=body_schema(BatchIn),
 )
+@needs(rules.path_topic(PUB))
 async def send_batch(topic: UserTopicName, request: Request) -> Response:
     """Store every message of the batch, in order, or none of them."""
     service, metrics = messages_of(request), metrics_of(request)

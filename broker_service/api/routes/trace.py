@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from broker_service.api import permissions as rules
 from broker_service.api.deps import ConsumersDep
 from broker_service.api.errors import ERROR_RESPONSES
-from broker_service.api.permissions import trace_guard
+from broker_service.api.permissions import needs, trace_guard
 from broker_service.api.schemas.common import ErrorBody
 from broker_service.api.schemas.trace import ClientTraceIn, ClientTraceOut, ClientTraceRefusalOut
 
@@ -14,6 +15,7 @@ router = APIRouter(tags=["messages"], responses=ERROR_RESPONSES)
 
 
 @router.post("/v1/trace", response_model=ClientTraceOut)
+@needs(rules.signed_in)
 async def record_trace(
     body: ClientTraceIn, request: Request, consumers: ConsumersDep
 ) -> ClientTraceOut:

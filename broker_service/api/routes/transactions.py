@@ -7,10 +7,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
+from broker_service.api import permissions as rules
 from broker_service.api.deps import TransactionsDep, metrics_of, transactions_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
-from broker_service.api.permissions import TransactionGuard, transaction_guard
+from broker_service.api.permissions import TransactionGuard, needs, transaction_guard
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.trace import CheckAuditOut, CheckEntryOut
 from broker_service.api.schemas.transactions import (
@@ -27,6 +28,7 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"], responses=E
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=HalfReceipt)
+@needs(rules.send_half)
 async def send_half(body: TransactionIn, request: Request) -> Response:
     """Store a half message in RMQ_SYS_TRANS_HALF_TOPIC, invisible to consumers."""
     half = await store_half(request, body)
@@ -89,6 +91,7 @@ async def resolve(
 
 
 @router.post("/{transaction_id}/commit", response_model=ResolutionOut)
+@needs(rules.end_transaction)
 async def commit(
     transaction_id: IdPath, request: Request, body: DecisionIn | None = None
 ) -> Response:
@@ -97,6 +100,7 @@ async def commit(
 
 
 @router.post("/{transaction_id}/rollback", response_model=ResolutionOut)
+@needs(rules.end_transaction)
 async def rollback(
     transaction_id: IdPath, request: Request, body: DecisionIn | None = None
 ) -> Response:
@@ -105,11 +109,13 @@ async def rollback(
 
 
 @router.get("/{transaction_id}", response_model=TransactionOut)
+@needs(rules.read_transaction)
 async def get_transaction(transaction_id: IdPath, service: TransactionsDep) -> TransactionOut:
     return convert.transaction_out(await service.get_transaction(transaction_id))
 
 
 @router.get("/{transaction_id}/checks", response_model=CheckAuditOut)
+@needs(rules.read_transaction)
 async def check_audit(transaction_id: IdPath, service: TransactionsDep) -> CheckAuditOut:
     """The check audit: every check of the transaction, oldest first (instance, answer or
     failure, latency), and whether the next round checks it, or why not."""
@@ -144,6 +150,7 @@ async def check_audit(transaction_id: IdPath, service: TransactionsDep) -> Check
 
 
 @router.get("", response_model=TransactionListOut)
+@needs(rules.list_transactions)
 async def list_transactions(
     service: TransactionsDep,
     state: Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"] | None = None,

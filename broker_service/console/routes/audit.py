@@ -6,11 +6,14 @@ from typing import Annotated
 
 from fastapi import Query, Request, Response
 
+from broker_service.api import permissions as rules
+from broker_service.api.permissions import needs
 from broker_service.console.routes.common import router
 from broker_service.console.web import console_of, render
 
 
 @router.get("/audit")
+@needs(rules.admin)
 async def audit(
     request: Request,
     subject: Annotated[str | None, Query(max_length=512)] = None,

@@ -12,8 +12,9 @@ from typing import Annotated
 
 from fastapi import Query, Request, Response
 
+from broker_service.api import permissions as rules
 from broker_service.api.params import GroupName, GroupQuery
-from broker_service.api.permissions import read_guard
+from broker_service.api.permissions import PUB, SUB, needs, read_guard
 from broker_service.console import lags
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import checked_form, console_of, form_list, render, who
@@ -41,6 +42,7 @@ async def _agents(request: Request, client_ids: list[str]) -> dict[str, str]:
 
 
 @router.get("/producer-groups")
+@needs(rules.admin)
 async def producer_groups(request: Request, group: GroupQuery = None) -> Response:
     if group:
         return back_to(f"/console/producer-groups/{group}")
@@ -51,6 +53,7 @@ async def producer_groups(request: Request, group: GroupQuery = None) -> Respons
 
 
 @router.get("/producer-groups/{group}")
+@needs(rules.path_group(PUB))
 async def producer_group(group: GroupName, request: Request) -> Response:
     service: TransactionService = request.app.state.transactions
     instances = await service.producer_group(group)
@@ -75,6 +78,7 @@ async def producer_group(group: GroupName, request: Request) -> Response:
 
 
 @router.get("/consumer-groups")
+@needs(rules.admin)
 async def consumer_groups(request: Request, group: GroupQuery = None) -> Response:
     if group:
         return back_to(f"/console/consumer-groups/{group}")
@@ -83,6 +87,7 @@ async def consumer_groups(request: Request, group: GroupQuery = None) -> Respons
 
 
 @router.get("/consumer-groups/{group}")
+@needs(rules.path_group(SUB))
 async def consumer_group(group: GroupName, request: Request) -> Response:
     consumers = _consumers(request)
     try:
@@ -121,6 +126,7 @@ def _timestamp(text: str) -> int:
 
 
 @router.post("/consumer-groups/{group}/reset-offset")
+@needs(rules.admin)
 async def reset_offset(group: GroupName, request: Request) -> Response:
     form = await checked_form(request)
     subject = f"consumer-group:{group}"
@@ -141,6 +147,7 @@ async def reset_offset(group: GroupName, request: Request) -> Response:
 
 
 @router.get("/consumer-groups/{group}/dlq")
+@needs(rules.path_group(SUB))
 async def dead_letters(
     group: GroupName, request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> Response:
@@ -150,6 +157,7 @@ async def dead_letters(
 
 
 @router.post("/consumer-groups/{group}/dlq/resend")
+@needs(rules.admin)
 async def resend(group: GroupName, request: Request) -> Response:
     await checked_form(request)
     chosen = form_list(await request.form(), "msg_id")[:1000]

@@ -13,6 +13,8 @@ from fastapi.responses import RedirectResponse
 
 from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
+from broker_service.api import permissions as rules
+from broker_service.api.permissions import needs
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.sessions import LoginThrottle
 from broker_service.console.web import (
@@ -40,6 +42,7 @@ def _safe_next(value: str | None) -> str:
 
 
 @router.get("/login")
+@needs(rules.public)
 async def login_page(request: Request, next: str | None = None) -> Response:
     if console_of(request).acl is None:
         return RedirectResponse("/console", status_code=303)
@@ -47,6 +50,7 @@ async def login_page(request: Request, next: str | None = None) -> Response:
 
 
 @router.post("/login")
+@needs(rules.public)
 async def login(request: Request) -> Response:
     console = console_of(request)
     if console.acl is None:
@@ -116,6 +120,7 @@ def _note_throttled(
 
 
 @router.post("/logout")
+@needs(rules.signed_in)
 async def logout(request: Request) -> Response:
     await checked_form(request)
     console = console_of(request)
@@ -128,6 +133,7 @@ async def logout(request: Request) -> Response:
 
 
 @router.get("/static/{name}")
+@needs(rules.public)
 async def static(name: Annotated[str, Path(max_length=64)]) -> Response:
     content = static_file(name)
     if content is None:

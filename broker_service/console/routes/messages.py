@@ -9,8 +9,9 @@ from urllib.parse import quote
 
 from fastapi import Query, Request, Response
 
+from broker_service.api import permissions as rules
 from broker_service.api.params import IdPath, TopicQuery
-from broker_service.api.permissions import read_guard
+from broker_service.api.permissions import needs, read_guard
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.routes.transactions import checks_recorded
 from broker_service.console.web import render
@@ -36,6 +37,7 @@ def _ms(text: str | None, name: str) -> int | None:
 
 
 @router.get("/messages")
+@needs(rules.find_messages)
 async def messages(
     request: Request,
     msg_id: Annotated[str | None, Query(max_length=128)] = None,
@@ -66,6 +68,7 @@ def _body(raw: bytes, encoding: str) -> str:
 
 
 @router.get("/messages/{msg_id}")
+@needs(rules.admin)
 async def message(msg_id: IdPath, request: Request) -> Response:
     service: MessageService = request.app.state.messages
     consumers: ConsumerService = request.app.state.consumers

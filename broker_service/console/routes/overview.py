@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
+from broker_service.api import permissions as rules
+from broker_service.api.permissions import needs
 from broker_service.console.routes.common import router
 from broker_service.console.web import console_of, is_admin, render
 from broker_service.domain.brokers.service import PresenceService
@@ -18,6 +20,7 @@ AGES_MS = (0, 60_000, 600_000, 3_600_000, 86_400_000)
 
 
 @router.get("")
+@needs(rules.signed_in)
 async def overview(request: Request) -> Response:
     if not is_admin(request):  # the figures are admin's; an account sees its own pages
         return render(request, "overview.html", figures=None)

@@ -11,6 +11,8 @@ from typing import Annotated
 from fastapi import Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
+from broker_service.api import permissions as rules
+from broker_service.api.permissions import needs
 from broker_service.console.reports import Break, read_report, read_reports, report_html
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import actor_of, checked_form, console_of, is_admin, render, who
@@ -26,6 +28,7 @@ ReportPath = Annotated[str, Path(max_length=128)]
 
 
 @router.get("/reconciliation")
+@needs(rules.admin)
 async def reconciliation(request: Request) -> Response:
     directory = console_of(request).settings.console_reports_dir
     reports = read_reports(directory) if directory is not None else []
@@ -77,6 +80,7 @@ async def _statuses(request: Request, breaks: tuple[Break, ...]) -> dict[str, Br
 
 
 @router.get("/reconciliation/{report}")
+@needs(rules.admin)
 async def report(
     report: ReportPath,
     request: Request,
@@ -108,6 +112,7 @@ async def report(
 
 
 @router.post("/reconciliation/{report}/breaks/{break_id}/status")
+@needs(rules.admin)
 async def set_status(report: ReportPath, break_id: BreakPath, request: Request) -> Response:
     """An admin's status for one break the report lists: stored for the job's next runs and
     audited (refused without the permission by the ACL gate, audited there too)."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
+from broker_service.api import permissions as rules
 from broker_service.api.params import UserTopicName
+from broker_service.api.permissions import needs
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import checked_form, console_of, render, who
 from broker_service.domain.audit.model import AuditResult
@@ -14,6 +16,7 @@ from broker_service.domain.messages.service import MessageService
 
 
 @router.get("/topics")
+@needs(rules.admin)
 async def topics(request: Request) -> Response:
     service: MessageService = request.app.state.messages
     views = sorted(await service.list_topics(), key=lambda v: v.topic.name)
@@ -32,6 +35,7 @@ def _queues(text: str) -> int | None:
 
 
 @router.post("/topics")
+@needs(rules.admin)
 async def create_topic(request: Request) -> Response:
     form = await checked_form(request)
     name = form.get("name", "").strip()
@@ -52,6 +56,7 @@ async def create_topic(request: Request) -> Response:
 
 
 @router.post("/topics/{topic}/delete")
+@needs(rules.admin)
 async def delete_topic(topic: UserTopicName, request: Request) -> Response:
     await checked_form(request)
     service: MessageService = request.app.state.messages

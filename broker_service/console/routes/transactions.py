@@ -9,7 +9,9 @@ from typing import Annotated, Literal, cast
 from fastapi import Query, Request, Response
 
 from broker_service.acl.model import Need, Perm
+from broker_service.api import permissions as rules
 from broker_service.api.params import GroupQuery, IdPath
+from broker_service.api.permissions import needs
 from broker_service.console import views
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import (
@@ -120,6 +122,7 @@ async def next_rounds(
 
 
 @router.get("/transactions")
+@needs(rules.list_transactions)
 async def transactions(
     request: Request,
     state: States | Literal[""] | None = "PREPARED",
@@ -148,6 +151,7 @@ async def transactions(
 
 
 @router.get("/transactions/{transaction_id}")
+@needs(rules.read_transaction)
 async def transaction(transaction_id: IdPath, request: Request) -> Response:
     service = _service(request)
     record = await service.get_transaction(transaction_id)
@@ -221,16 +225,19 @@ async def _resolve(request: Request, transaction_id: str, decision: Decision) ->
 
 
 @router.post("/transactions/{transaction_id}/commit")
+@needs(rules.admin)
 async def commit(transaction_id: IdPath, request: Request) -> Response:
     return await _resolve(request, transaction_id, Decision.COMMIT)
 
 
 @router.post("/transactions/{transaction_id}/rollback")
+@needs(rules.admin)
 async def rollback(transaction_id: IdPath, request: Request) -> Response:
     return await _resolve(request, transaction_id, Decision.ROLLBACK)
 
 
 @router.post("/transactions/{transaction_id}/check")
+@needs(rules.admin)
 async def check(transaction_id: IdPath, request: Request) -> Response:
     """Check now; for a DISCARDED half the same call resumes its checks (audited as such)."""
     await checked_form(request)

@@ -15,8 +15,9 @@ import pytest
 from broker_service.acl.errors import AclError
 from broker_service.acl.file import parse_acl
 from broker_service.acl.model import Need, Perm
+from broker_service.api.app import ROUTERS
 from broker_service.api.gate import AclGate
-from broker_service.api.permissions import TransactionGuard
+from broker_service.api.permissions import RouteRules, TransactionGuard
 from broker_service.domain.errors import Forbidden
 from broker_service.domain.transactions.model import TransactionRecord, TransactionState
 
@@ -27,6 +28,9 @@ GRANTED = """accounts:
     groupPerms: [bob-bank=PUB]
 """
 REVOKED = GRANTED.replace("[transfers=PUB]", "[transfers=DENY]")
+
+
+_ROUTES = RouteRules.of(route for router in ROUTERS for route in router.routes)
 
 
 class _Runtime:
@@ -41,7 +45,7 @@ async def _app(scope: object, receive: object, send: object) -> None:
 
 def test_an_allowed_ask_is_remembered_for_its_version_only() -> None:
     runtime = _Runtime(GRANTED)
-    gate = AclGate(_app, runtime, public_ops=False, rate_per_second=0)  # type: ignore[arg-type]
+    gate = AclGate(_app, runtime, routes=_ROUTES, rate_per_second=0)  # type: ignore[arg-type]
     needs = [Need.topic("transfers", Perm.PUB)]
     gate._allowed(runtime.config, "bob-bank-key", "127.0.0.1", needs)
     gate._allowed(runtime.config, "bob-bank-key", "127.0.0.1", needs)  # from memory
@@ -58,7 +62,7 @@ def test_an_allowed_ask_is_remembered_for_its_version_only() -> None:
 
 def test_a_commits_guard_decides_through_the_gates_memory() -> None:
     runtime = _Runtime(REVOKED)
-    gate = AclGate(_app, runtime, public_ops=False, rate_per_second=0)  # type: ignore[arg-type]
+    gate = AclGate(_app, runtime, routes=_ROUTES, rate_per_second=0)  # type: ignore[arg-type]
     guard = TransactionGuard(
         runtime.config, "bob-bank-key", "127.0.0.1", Perm.PUB, "bob-bank", gate._allowed
     )
@@ -86,7 +90,7 @@ async def _authorize(gate: AclGate, path: str, body: dict[str, Any]) -> dict[str
 
 async def test_a_half_is_remembered_by_its_topic_and_group_and_for_its_version_only() -> None:
     runtime = _Runtime(GRANTED)
-    gate = AclGate(_app, runtime, public_ops=False, rate_per_second=0)  # type: ignore[arg-type]
+    gate = AclGate(_app, runtime, routes=_ROUTES, rate_per_second=0)  # type: ignore[arg-type]
     half = {"topic": "transfers", "producer_group": "bob-bank", "body": "1"}
     await _authorize(gate, "/v1/transactions", half)
     await _authorize(gate, "/v1/transactions", {**half, "body": "2"})  # from memory
@@ -105,7 +109,7 @@ async def test_a_half_is_remembered_by_its_topic_and_group_and_for_its_version_o
 
 async def test_a_commit_s_remembered_guard_still_checks_each_transaction() -> None:
     runtime = _Runtime(GRANTED)
-    gate = AclGate(_app, runtime, public_ops=False, rate_per_second=0)  # type: ignore[arg-type]
+    gate = AclGate(_app, runtime, routes=_ROUTES, rate_per_second=0)  # type: ignore[arg-type]
     commit = {"producer_group": "bob-bank"}
     first = await _authorize(gate, "/v1/transactions/tx-1/commit", commit)
     second = await _authorize(gate, "/v1/transactions/tx-2/commit", commit)
@@ -130,7 +134,7 @@ async def test_a_commit_s_remembered_guard_still_checks_each_transaction() -> No
 
 async def test_a_commit_without_a_group_and_one_with_a_bad_group_are_told_apart() -> None:
     runtime = _Runtime(GRANTED)
-    gate = AclGate(_app, runtime, public_ops=False, rate_per_second=0)  # type: ignore[arg-type]
+    gate = AclGate(_app, runtime, routes=_ROUTES, rate_per_second=0)  # type: ignore[arg-type]
     # A group that is not text: any known account here, and the route answers 422.
     scope = await _authorize(gate, "/v1/transactions/tx-1/commit", {"producer_group": 5})
     assert "transaction_guard" in scope["state"]

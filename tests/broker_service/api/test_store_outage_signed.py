@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from broker_service.api.permissions import RULES, public
+from broker_service.api.permissions import RouteRules, public
+from broker_service.app import build_app
+from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
 from framework.signing import HalfmqAuth
 from tests.outage_proxy import OutageProxy
@@ -83,10 +85,12 @@ _QUERIES = {
 
 
 def signed_gets(params: dict[str, str]) -> list[str]:
-    """Every signed GET route of the table (the console's take a session, not a signature), its
-    parameters filled: producer-group routes name the producer group."""
+    """Every signed GET route of the gate's table, built from the broker's routes as the broker
+    builds it (the console's take a session, not a signature), its parameters filled:
+    producer-group routes name the producer group."""
+    app = build_app(BrokerSettings(database_url="sqlite:///unopened.db", console=True))
     paths = []
-    for (method, path), rule in RULES.items():
+    for (method, path), rule in RouteRules.of(app.routes).rules.items():
         if method != "GET" or rule is public or path.startswith("/console"):
             continue
         values = {**params, "group": "bob-bank"} if "producer-groups" in path else params
