@@ -323,16 +323,16 @@ def build_app(
 
 
 def _tune_gc() -> None:
-    """Measured on batch sends (bench/README.md), per message of a batch of 100:
+    """The garbage collector tuned for a server (measured on batch sends: bench/README.md,
+    "Figures, fourth round", the broker process tunes the garbage collector):
 
     * ``gc.freeze()``: everything alive once the broker has started (modules, the app, its routes
       and models: over 100,000 objects) leaves the collector's reach.  A full collection walked
-      them all every few hundred milliseconds under load, and none of them ever becomes garbage:
-      40 -> 28 us of CPU.
+      them all every few hundred milliseconds under load, and none of them ever becomes garbage.
     * A young generation of 20,000 allocations instead of 700: a batch request makes over a
       thousand tracked objects that live until it is answered, so at 700 they were walked and
-      promoted several times per request: 20.7 -> 17.8 us in interleaved runs.  Objects freed by
-      their reference count (nearly all) go as before; only garbage cycles wait longer.
+      promoted several times per request.  Objects freed by their reference count (nearly all)
+      go as before; only garbage cycles wait longer.
     """
     gc.freeze()
     _, middle, oldest = gc.get_threshold()

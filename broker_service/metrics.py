@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-# Sends take about 1-20 ms: fine steps there, coarse ones up to a receive's long poll (30 s).
+# Fine steps over the milliseconds a send takes, coarse ones up to a receive's long poll (30 s).
 REQUEST_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0)
 # One group commit: an fsync (SQLite) or a round trip and a WAL flush (PostgreSQL), plus the units.
 COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)

@@ -16,7 +16,7 @@ broker that cannot be reached loses that batch (counted); reporting goes on.
 Off by default, as RocketMQ's ``enableMsgTrace``: ``client_trace=True`` on a producer or consumer,
 or ``HALFMQ_CLIENT_TRACE=true`` in the environment (read when the client is built), turns it on.
 Each record is a row the broker writes, and on a busy two-core machine that cost sends and handled
-messages 6-13 % (bench/README.md) -- more than a default should.
+messages more than a default should (bench/README.md, "The client trace's cost").
 
 :class:`ClientTrace` is the part without I/O, shared by both faces; :class:`ThreadReporter`
 (sync faces) and :class:`TaskReporter` (asyncio faces) drive its reports with the face's client.

@@ -117,8 +117,9 @@ def _span(
 def _silent() -> bool:
     """No tracer provider is configured (now: one configured later counts).  Its tracer would
     start every span as the current span unchanged, so a span without ``parent`` is skipped
-    whole: the same context, the same headers, none of the cost (three such spans were a fifth of a
-    batched transaction's client CPU).  A span with a ``parent`` still starts:
+    whole: the same context, the same headers, none of the cost (measured: bench/README.md,
+    "Performance step, third session", no span work without a tracer provider).  A span with a
+    ``parent`` still starts:
     the context it extracts becomes current even without a provider."""
     return isinstance(trace.get_tracer_provider(), _SILENT_PROVIDERS)
 
@@ -128,8 +129,8 @@ _made: tuple[Any, Any] | None = None  # (a tracer provider, the framework's trac
 
 def _tracer() -> Any:
     """The framework's tracer from the provider of now (one configured later counts), made once
-    per provider: ``trace.get_tracer`` builds a new one on every call, which was half of what a
-    span cost a transaction when no SDK is configured (three spans a transaction)."""
+    per provider: ``trace.get_tracer`` builds a new one on every call, a large part of what a span
+    cost when no SDK is configured (bench/README.md, "Request batching", the client)."""
     global _made
     provider = trace.get_tracer_provider()
     made = _made

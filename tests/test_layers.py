@@ -8,14 +8,18 @@ inside functions and under ``if TYPE_CHECKING`` alike: a lazy import is still an
 2. the rooms of ``broker_service`` import only the rooms their row of the table allows, and
    none of the libraries it forbids them;
 3. the domain's own parts (shared modules, records, ports, concepts) keep their order;
-4. no circle anywhere: between parts, between rooms, between the domain's parts, between modules.
+4. no circle anywhere: between parts, between rooms, between the domain's parts, between modules;
+5. no benchmark figure in a comment or docstring of the product code: figures live in
+   bench/README.md, and a comment cites the section that holds them.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
 import sys
+import tokenize
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
@@ -407,3 +411,141 @@ def test_the_reader_sees_lazy_imports_and_resolves_submodules() -> None:
         "broker_service.api.app",
         "broker_service.store.sqltx",
     }
+
+
+# -- 5. no benchmark figure in a comment --------------------------------------------------------
+
+# The code whose comments and docstrings may hold no measured figure (the wheel's parts; drills
+# and tests are not product code).
+PRODUCT = ("broker_service", "framework", "halfmq", "halfmq_wire", "demo_bank", "spark_reconcile")
+_N = r"\d[\d,]*(?:\.\d+)?"  # 5, 11,400, 0.33
+_SPAN = rf"{_N}(?:\s*-\s*{_N})?"  # 749-816
+_SHARE = r"(?:half|a third|two thirds|a quarter|three quarters|a fifth|a tenth)"
+# The shapes a measurement takes; a setting's value (``30 s``, ``every 300 s``, ``(5 ms)``, a
+# page count in MB) is none of them.
+FIGURE = re.compile(
+    "|".join(
+        (
+            rf"{_N}\s*(?:us|µs|ns)\b",  # a time below the millisecond: always measured
+            rf"{_N}\s*-\s*{_N}\s*ms\b|\d\.\d+\s*ms\b",  # milliseconds as a range, or to a decimal
+            rf"\b(?:about|took|takes|costs?|costing|spent)\s+{_SPAN}\s*ms\b",  # "about 30 ms"
+            rf"{_SPAN}\s*(?:msg|messages|rows|requests|req|transactions|tx|sends|ops)?/s\b",  # rates
+            rf"{_N}\s+instructions\b",  # a callgrind count
+            # a share measured: a range, a change, or a share of the time (a plan's "3 %" is none)
+            rf"{_N}\s*-\s*{_N}\s*%|\b(?:up|down|by|cost|costs|took|spent)\s+(?:about\s+)?{_N}\s*%",
+            rf"{_N}\s*%\s+(?:of\s+)?(?:\S+\s+){{0,4}}?(?:time|CPU|samples|faster|slower|cheaper)\b",
+            rf"{_SPAN}\s*(?:->|→)\s*{_SPAN}\s*(?:us|µs|ns|ms|%|MB|/s)",  # before -> after
+            rf"\bfrom\s+{_SPAN}\s+to\s+{_SPAN}\s*(?:us|µs|ns|ms|%|MB|/s)",  # from X to Y
+            rf"\b{_N}\s*x\s+(?:faster|slower|cheaper|quicker|fewer|more|less)\b",  # 3.5x cheaper
+            r"\b(?:twice|(?:two|three|four|five|ten|\d+)\s+times)\s+"
+            r"(?:as\s+(?:fast|slow|cheap|much)|faster|slower|cheaper|quicker|dearer)\b",
+            rf"\b{_SHARE}\s+of\s+(?:\S+\s+){{0,4}}?(?:time|CPU|cost|samples)\b",  # of the writer's time
+            rf"\bRSS\b[^.]{{0,30}}?{_N}\s*[KMG]i?B\b|{_N}\s*[KMG]i?B\s+of\s+RSS\b",  # memory measured
+        )
+    ),
+    re.IGNORECASE,
+)
+
+
+def prose_of(source: str) -> Iterable[tuple[int, str]]:
+    """``(first line, text)`` of every comment block (consecutive ``#`` lines, joined) and every
+    docstring of a module, its classes and functions, whitespace folded: a figure may span lines."""
+    block: list[str] = []
+    start = last = 0
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        line, text = token.start[0], token.string.lstrip("#").strip()
+        if not token.line.lstrip().startswith("#"):  # a comment after code: a block of its own
+            yield line, text
+            continue
+        if block and line != last + 1:
+            yield start, " ".join(block)
+            block = []
+        if not block:
+            start = line
+        block.append(text)
+        last = line
+    if block:
+        yield start, " ".join(block)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                yield node.body[0].lineno, " ".join(doc.split())
+
+
+def figures_in(source: str) -> list[tuple[int, str]]:
+    return [
+        (line, match.group(0)) for line, text in prose_of(source) for match in FIGURE.finditer(text)
+    ]
+
+
+def test_no_comment_or_docstring_of_the_product_holds_a_benchmark_figure() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {figure!r}"
+        for path in sources(*PRODUCT)
+        for line, figure in figures_in(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, (
+        "benchmark figures belong in bench/README.md; say what and why, and cite its section "
+        '(measured: bench/README.md, "..."):\n' + "\n".join(found)
+    )
+
+
+# Comments this repository held before their figures moved to bench/README.md, and the settings'
+# values and counts its comments hold: the pattern must tell them apart.
+MEASURED = (
+    "took the event loop's CPU per transaction from 749-816 to 656-659 us",
+    "the rate up 13-19 % in interleaved runs",
+    "11,400 instructions a row, against 17,600 for the JSON form",
+    "51,220 / 54,680 against 55,680 / 62,900 msg/s in interleaved runs",
+    "0.33 against 0.94 us of validation per message",
+    "this look costs 1.8 ms before BatchIn's 4.3 ms",
+    "none of them ever becomes garbage: 40 -> 28 us of CPU",
+    "64 MB took the broker's RSS to 183 MB after a million batch-sent messages",
+    "at most 2048 pages a call (about 30 ms)",
+    "Sends take about 1-20 ms: fine steps there",
+    "per batch cost a quarter of the writer's time",
+    "three such spans were a fifth of a batched transaction's client CPU",
+    "executemany 235 rows/s, one multi-row statement 30,800 rows/s",
+    "a third of the broker's time: 21 % the commit's fsync, 9 % the bulk inserts",
+    "building a statement per call costs about three times as much as running it",
+    "which was half of what a span cost a transaction",
+    "immutable like frozen dataclasses, and three times cheaper to make",
+    "purged-id records in one precompiled statement (3.5x cheaper a row)",
+)
+NOT_MEASURED = (
+    "coarse ones up to a receive's long poll (30 s)",
+    "waits for the switch interval (5 ms) to get it back",
+    "pages one compact gives back (8 MB of 4 KiB pages)",
+    "``stop`` waits for each thread 30 s at most",
+    "every check round (every 30 s by default)",
+    "a receive of 32 messages, 4 times each",
+    "the next starts at once with twice the share (up to all of it)",
+    "bad names, bad values -> 400/422",
+    "``10.0.0.0/8``, ``fd00::/8`` a CIDR network",
+    "``max_message_bytes`` x 4/3 + 64 KiB",
+    "once a quarter of the file is free, down to an eighth",
+    "How long ago: 4s, 3m 20s, 2h 5m, 3d 4h; 500ms as seconds",
+    "about 3 % overdraw; at 25 % of the run Bob is SIGKILLed",
+    'a large share of the writer\'s time (bench/README.md, "Figures, second round")',
+)
+
+
+def test_the_figure_pattern_tells_a_measurement_from_a_setting() -> None:
+    assert [text for text in MEASURED if not FIGURE.search(text)] == []
+    assert [text for text in NOT_MEASURED if FIGURE.search(text)] == []
+
+
+def test_a_figure_is_found_in_comment_blocks_and_docstrings_not_in_code() -> None:
+    source = (
+        '"""A module.  Measured:\n40 -> 28\nus of CPU."""\n'
+        "TIMEOUT = 30  # seconds: 30 s default\n"
+        "# the rate went up 13-19\n"
+        "# % in interleaved runs\n"
+        "def f():\n"
+        '    """Cheaper (bench/README.md, "Figures, fifth round")."""\n'
+        '    return "607 us"  # a string in code is not a comment\n'
+    )
+    assert figures_in(source) == [(5, "13-19 %"), (1, "40 -> 28 us")]

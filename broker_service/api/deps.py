@@ -2,11 +2,11 @@
 request for the hot routes.
 
 FastAPI solves every declared dependency on every request, through machinery that costs more than
-the dependency: on the transactions load (a half and a commit per transaction) dropping
-``ServiceDep`` and ``MetricsDep`` from those two routes took the event loop's CPU per transaction
-from 749-816 to 656-659 us and the rate up 13-19 % in interleaved runs.  So the sending and
-resolving routes take the ``Request`` and call :func:`transactions_of`, :func:`messages_of` and
-:func:`metrics_of`; the others declare the aliases, which read better.
+the dependency itself: on the transactions load (a half and a commit per transaction) it was a
+measurable share of the event loop's CPU (bench/README.md, "Figures, fifth round": the routes
+that read the service and metrics from the request).  So the sending and resolving routes take
+the ``Request`` and call :func:`transactions_of`, :func:`messages_of` and :func:`metrics_of`; the
+others declare the aliases, which read better.
 
 What they read is what :func:`broker_service.api.app.create_app` was handed (``app.state``).
 """

@@ -42,8 +42,8 @@ _INSERT_PG = (
 _RETURNING = " RETURNING signed_at, access_key, nonce"
 # PostgreSQL: the new ones' transaction id (``xmin``, the same for every row), which a re-run after
 # a lost COMMIT compares to tell its own nonces from a replay's (see ``nonces_inserted_by``); the
-# rows' count is how many were new.  (Fetching the rows cost 35-40 us more than the bare
-# rowcount a statement of 20 nonces, 310-369 -> 350-408 us median; counting them in a CTE 65.)
+# rows' count is how many were new.  Not the rows themselves, nor a count in a CTE: both cost
+# more than the bare rowcount (bench/README.md, "ACL overhead, counted", second round).
 _insert_pg = Prepared(text(_INSERT_PG + " RETURNING xmin::text AS xid"))
 _insert_sqlite_returning = Prepared(text(_INSERT_SQLITE + _RETURNING))
 _insert_pg_returning = Prepared(text(_INSERT_PG + _RETURNING + ", xmin::text AS xid"))
@@ -55,9 +55,9 @@ _inserted_by_pg = Prepared(
     )
 )
 # SQLite's common case, every nonce new: the rows bound straight into one multi-row VALUES
-# statement (the driver caches each size's compiled statement).  Counted with callgrind, batches
-# of 8 each with its commit: 11,400 instructions a row, against 17,600 for the JSON form, which
-# parses each row's JSON once per column.
+# statement (the driver caches each size's compiled statement): fewer instructions a row than the
+# JSON form, which parses each row's JSON once per column (counted: bench/README.md, "ACL
+# overhead, counted", second round).
 _VALUES_ROWS = 300  # 900 parameters: under the 999 of older SQLite builds
 
 

@@ -7,14 +7,14 @@ bytes, None) in ``columns`` order.
 * SQLite: multi-row ``INSERT ... VALUES (...), (...), ...`` statements, as few as possible.  Not
   the driver's ``executemany``: it steps one row at a time and lets go of the GIL around each
   step, and a thread that lets go of the GIL waits for the switch interval (5 ms) to get it back
-  while the event loop is busy.  Measured against a busy Python thread, 800 rows per commit:
-  executemany 235 rows/s, one multi-row statement 30,800 rows/s (85,000 and 88,000 rows/s with
-  nobody else running).  A batch is cut into at most two statements past the full ones (see
+  while the event loop is busy: beside a busy Python thread, executemany is far
+  slower than one multi-row statement (bench/README.md, "Figures, third round", SQLite bulk
+  inserts).  A batch is cut into at most two statements past the full ones (see
   :func:`chunk_sizes`), from a few dozen statement texts the driver keeps prepared.
-* PostgreSQL: ``COPY ... FROM STDIN`` inside the current transaction.  Measured client CPU for 32
-  ``messages`` rows: executemany 607 us (psycopg builds and sends one statement per row),
-  ``INSERT ... SELECT FROM unnest(arrays)`` 579 us (arrays are dumped element by element in
-  Python), COPY 127 us (rows are formatted in psycopg's C extension); one row: 124 / 145 / 73 us.
+* PostgreSQL: ``COPY ... FROM STDIN`` inside the current transaction: the least client CPU, as
+  rows are formatted in psycopg's C extension, where executemany builds and sends one statement
+  per row and ``INSERT ... SELECT FROM unnest(arrays)`` dumps arrays element by element in Python
+  (bench/README.md, "Figures, second round", bulk inserts by COPY).
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ def chunk_sizes(count: int, largest: int, step: int = _STEP) -> Iterator[int]:
     ``step`` and what is left (fewer than ``step``).  400 with 1024 is 384, 16; 800 is 800.
 
     Few statements per flush, because each one lets go of the GIL around its step and the writer
-    then waits to get it back from a busy event loop (measured on batch sends: three statements
-    per 400-row flush, the binary digits of the count, against one: 51,220 / 54,680 against
-    55,680 / 62,900 msg/s in interleaved runs).  Few statement texts, ``largest / step``
+    then waits to get it back from a busy event loop (measured on batch sends: bench/README.md,
+    "Figures, fifth round", at most two insert statements).  Few statement texts, ``largest / step``
     multiples and ``step - 1`` rests (63 for 1,024 and 32), because the driver keeps prepared
     statements in a cache of 128 for every table's inserts and all other statements: the few
     a steady load uses stay in it."""

@@ -349,8 +349,8 @@ def _sqlite_engine(
         if writer:
             # A bigger page cache for the indexes the writer maintains (readers keep the default:
             # there are many of them), and fewer, larger WAL checkpoints (they run in a commit).
-            # 32 MB: the indexes grow at their right edge, and 64 MB took the broker's RSS to
-            # 183 MB after a million batch-sent messages (144 MB with 32, as fast).
+            # 32 MB: the indexes grow at their right edge, and 64 MB cost memory without speed
+            # (bench/README.md, "Figures, fourth round", the writer's SQLite page cache).
             cursor.execute("PRAGMA cache_size=-32768")
             cursor.execute("PRAGMA wal_autocheckpoint=8192")
         cursor.close()

@@ -84,11 +84,11 @@ _FINISHED = tuple(
 _DELAYED_SCAN = 5_000
 _EXPIRE_TRIES = 8  # reads of a position that another broker's acks keep moving
 _PAGES_KEPT = 8  # SQLite keeps a free eighth of its file for new rows; a quarter free is given back
-_VACUUM_STEP = 2048  # pages one compact gives back (8 MB of 4 KiB pages, about 30 ms)
+_VACUUM_STEP = 2048  # pages one compact gives back (8 MB of 4 KiB pages): a short writer's turn
 
 # A purge unit's purged-id records in one statement compiled once (a multi-row VALUES would be a
-# new statement for SQLAlchemy to compile every unit: three quarters of a unit's time): the
-# hashes as one JSON array (SQLite) or one array (PostgreSQL).
+# new statement for SQLAlchemy to compile every unit, most of a unit's time: bench/README.md,
+# "Retention soak after the fix"): the hashes as one JSON array (SQLite) or one array (PostgreSQL).
 _remember_sqlite = Prepared(
     text(
         "INSERT INTO purged_ids (id_hash, purged_at) SELECT value, :now FROM json_each(:hashes) "
@@ -486,7 +486,8 @@ class RetentionPart(SqlPart):
     def compact(self) -> int:
         """SQLite: give free pages back to the file system (incremental vacuum) once a quarter of
         the file is free, down to an eighth kept for new rows, at most ``_VACUUM_STEP`` pages a
-        call (about 30 ms).  PostgreSQL: autovacuum's job (VACUUM cannot run in a transaction)."""
+        call (a short turn in the writer).  PostgreSQL: autovacuum's job (VACUUM cannot run in a
+        transaction)."""
         if self._postgres:
             return 0
         pages = int(self.conn.exec_driver_sql("PRAGMA page_count").scalar_one())

@@ -58,8 +58,8 @@ MESSAGE_COLUMNS = (
 
 # The columns every message has.  A plain message (no tags, keys, properties, sharding key, dedup
 # key, transaction, delay, copy; never consumed) is inserted with these alone and the others take
-# NULL or their default: binding the eleven others, all NULL, was half of SQLite's insert time
-# (256-row statements: 4.7-5.4 us per row with all columns, 2.0-2.5 us with these).
+# NULL or their default: binding the eleven others, all NULL, was a large share of SQLite's insert
+# time (bench/README.md, "Figures, fourth round", plain messages inserted with eight columns).
 PLAIN_MESSAGE_COLUMNS = (
     "topic",
     "queue_id",

@@ -298,7 +298,8 @@ class SqlTx(
     def read_ahead_sent(self, dedup_keys: Sequence[str]) -> None:
         """Look up in one statement the earlier sends the units of a batch will look for by dedup
         key (``find_sent``: a half's or a send's client-made ``msg_id``), where each was one
-        SELECT of its own: a quarter of the writer's time on batched halves.  Exact for the whole
+        SELECT of its own, a large share of the writer's time on batched halves (bench/README.md,
+        "Request batching", where the writer's time went).  Exact for the whole
         batch: it runs in the writer's transaction (on SQLite under its write lock; on
         PostgreSQL another broker's insert of the same key meets the unique index, as it would
         after a lookup of its own), what the batch stores is entered as it is flushed, and a

@@ -1,5 +1,6 @@
 """The store's statements, built once: SQLAlchemy then only looks up its compiled form per call
-(building a statement per call costs about three times as much as running it on SQLite)."""
+(building a statement per call costs more than running it on SQLite: bench/README.md, "Figures,
+first round", the hot statements precompiled)."""
 
 from __future__ import annotations
 
@@ -159,9 +160,9 @@ _transaction_and_half = _transaction_and(messages, _half_of_transaction)
 # PostgreSQL: the half through a LATERAL subquery with LIMIT 1 (the key is unique anyway), which
 # the planner cannot flatten into a join.  As a plain join, with statistics taken while the
 # tables were small (a new store under load, before autovacuum's first ANALYZE), it planned the
-# half topic's queue as one row, read all of it once and filtered it for every transaction: 33 ms
-# for 20 transactions among 10,000 halves, the group-commit writer's longest wait, where the
-# lateral lookup is one index probe per transaction (2.7 ms, nearly all of it finding the ids).
+# half topic's queue as one row, read all of it once and filtered it for every transaction: the
+# group-commit writer's longest wait, where the lateral lookup is one index probe per transaction
+# (bench/README.md, "Figures, fifth round", the half through a LIMIT-1 lateral lookup).
 _transaction_and_half_pg = _transaction_and(
     select(messages).where(_half_of_transaction).limit(1).lateral("m"), true()
 )

@@ -145,7 +145,8 @@ class GroupCommitWriter:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_max)
         self._thread: threading.Thread | None = None
         # The writer thread's own connection, kept between batches: a pool checkout and check-in
-        # per batch cost a quarter of the writer's time.  Dropped after any failure.
+        # per batch was a large share of the writer's time (bench/README.md, "Figures, second
+        # round").  Dropped after any failure.
         self._conn: Connection | None = None
         self.batches = 0
         self.units = 0

@@ -172,16 +172,17 @@ class BatchIn(Strict):
 
 # -- a batch of bodies alone, read as columns ------------------------------------------------------
 # The common batch (messages with a body and nothing else) is read from the JSON into a dict per
-# message rather than a MessageIn model per message, and sent as a PlainBatch: 0.33 against 0.94 us
-# of validation per message, and no model, draft or receipt record per message after it.  These
+# message rather than a MessageIn model per message, and sent as a PlainBatch: less validation per
+# message, and no model, draft or receipt record per message after it (measured: bench/README.md,
+# "Figures, fifth round", the batch body validated from its bytes).  These
 # two describe only what ``plain_batch`` reads: BatchIn and MessageIn stay the contract (and the
 # OpenAPI schema), and every batch they do not match goes through them.
 
 
 class _PlainMessage(TypedDict):
     # Other fields pass here (and the batch is then not plain), so that a batch that has them is
-    # looked at once more than before, not validated against two models: measured on 1,000
-    # messages with keys, this look costs 1.8 ms before BatchIn's 4.3 ms.
+    # looked at once more than before, not validated against two models: a look that costs less
+    # than BatchIn's validation (bench/README.md, "Figures, fifth round").
     __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
     body: str
     encoding: NotRequired[Literal["utf-8", "base64"]]

@@ -74,7 +74,7 @@ class MessageDraft(NamedTuple):
     """A message as a client sent it, validated; bodies already decoded to bytes.
 
     The records made per message on the hot path are NamedTuples: immutable like frozen
-    dataclasses, and three times cheaper to make."""
+    dataclasses, and cheaper to make (a tuple, no ``__init__`` written in Python)."""
 
     body: bytes
     encoding: Encoding = Encoding.UTF8
