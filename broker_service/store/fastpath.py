@@ -3,8 +3,9 @@
 Statements are still SQLAlchemy Core constructs compiled by SQLAlchemy for the connection's dialect
 (once per dialect); only their execution skips SQLAlchemy's per-call work -- the compiled-cache
 lookup, parameter processing and result wrapping -- which cost more than the statement itself on
-SQLite (bench/README.md, "Figures, first round", the hot statements precompiled on the cursor).  They run inside the connection's current transaction like any other statement.  Rows come
-back as plain dicts keyed by column label.
+SQLite (bench/README.md, "Figures, first round", the hot statements precompiled on the cursor).
+They run inside the connection's current transaction like any other statement.  Rows come back as
+plain dicts keyed by column label.
 """
 
 from __future__ import annotations
