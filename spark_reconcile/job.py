@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlalchemy.engine import make_url
 
-from spark_reconcile import breaks, extract, load
+from spark_reconcile import breaks, extract, load, stakes
 from spark_reconcile.anomalies import SEVERITY
 from spark_reconcile.config import ReconcileConfig, Window, day_start_ms
 from spark_reconcile.detect import detect
@@ -20,7 +20,7 @@ from spark_reconcile.jdbc import MissingDriverError, driver_for, find_jars, to_j
 from spark_reconcile.policy import Policy, default_policy
 from spark_reconcile.report import write_report
 from spark_reconcile.session import build_session, is_connect
-from spark_reconcile.summary import BreakFigures, Summary
+from spark_reconcile.summary import BreakFigures, Stakes, Summary
 
 ROWS_PER_KIND = 1000  # the report lists every anomaly up to this many of a kind (Parquet: all)
 TREND_DAYS = 30
@@ -94,7 +94,7 @@ def _detect(
     config: ReconcileConfig,
     window: Window,
     keep: Callable[[DataFrame], DataFrame],
-) -> tuple[DataFrame, DataFrame | None]:
+) -> tuple[DataFrame, DataFrame | None, extract.StoreFrames]:
     store, ledger = _sources(spark, config, window)
     found = detect(
         store,
@@ -104,7 +104,7 @@ def _detect(
         thresholds=config.thresholds,
         keep=keep,
     )
-    return found, ledger
+    return found, ledger, store
 
 
 def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = None) -> Summary:
@@ -118,10 +118,16 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         return kept[-1]
 
     try:
-        detected, ledger = _detect(spark, config, window, keep)
+        detected, ledger, store = _detect(spark, config, window, keep)
         found = keep(detected.repartition("kind"))
         load.write_anomalies(found, config.out, config.day)
         counts, picked = load.counts_and_samples(found, ROWS_PER_KIND)
+        rates = stakes.match_rates(store.transactions, found)
+        at_stake = Stakes(
+            rates=rates,
+            consumer_groups=stakes.per_consumer_group(found),
+            cutoffs=stakes.cutoffs(store, ledger, rates),
+        )
         judged = _breaks(spark, config, found, ledger, keep, statuses, policy)
         figures = BreakFigures.of(
             *load.break_figures(judged, ROWS_PER_KIND), statuses_from=statuses_from
@@ -141,6 +147,7 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         console_url=config.console_url,
         breaks=figures,
         policy=policy,
+        stakes=at_stake,
     )
     directory = report_dir or Path(config.out) / "report" / f"date={config.day.isoformat()}"
     write_report(summary, directory)
@@ -167,7 +174,7 @@ def _breaks(
         first = previous.agg(F.min("first_seen")).first()
         if first is not None and first[0] is not None and day_start_ms(first[0]) < window.start:
             span = Window(day_start_ms(first[0]), window.start, window.horizon, window.as_of)
-            again, _ = _detect(spark, config, span, keep)
+            again, _, _ = _detect(spark, config, span, keep)
             ids = previous.select("break_id")
             still = breaks.of_anomalies(again).join(ids, "break_id", "left_semi")
             carried = breaks.carried(previous, keep(still))

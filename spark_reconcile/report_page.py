@@ -24,7 +24,16 @@ from urllib.parse import quote
 import jinja2
 from markupsafe import Markup, escape
 
-from spark_reconcile.anomalies import CRITICAL, INFO, KINDS, REGISTRY, SEVERITIES, WARNING
+from spark_reconcile.anomalies import (
+    CRITICAL,
+    INFO,
+    KINDS,
+    REGISTRY,
+    SEVERITIES,
+    SEVERITY,
+    WARNING,
+)
+from spark_reconcile.policy import default_policy
 from spark_reconcile.summary import BUCKETS
 
 if TYPE_CHECKING:
@@ -225,7 +234,7 @@ def _break_rows(summary: Summary) -> list[dict[str, Any]]:
 
 def html_report(summary: Summary, history: list[DayTotals]) -> str:
     listed = {kind: len(summary.rows.get(kind, [])) for kind in KINDS}
-    policy = summary.policy
+    policy = summary.policy or default_policy(SEVERITY)
     return (
         _templates()
         .get_template("report.html")
@@ -246,7 +255,13 @@ def html_report(summary: Summary, history: list[DayTotals]) -> str:
             break_rows=_break_rows(summary),
             buckets=BUCKETS,
             levels=summary.levels(),
-            ages={k: _age(policy.max_age_ms(k) if policy else None) for k in KINDS},
+            ages={k: _age(policy.max_age_ms(k)) for k in KINDS},
             policy_line=policy_line(summary),
+            stakes=summary.stakes.to_json() if summary.stakes is not None else None,
+            stakes_rates=summary.stakes.rates if summary.stakes is not None else [],
+            cutoffs=[
+                {**c, "at": _utc(c.get("last_at"))}
+                for c in (summary.stakes.cutoffs if summary.stakes is not None else [])
+            ],
         )
     )

@@ -113,6 +113,51 @@ class BreakFigures:
 
 
 @dataclasses.dataclass(frozen=True)
+class Stakes:
+    """The day's match rate and breakdowns, and each source's cut-off (``stakes``)."""
+
+    rates: list[dict[str, Any]]  # per (topic, producer group): transactions, broken, last_at
+    consumer_groups: list[dict[str, Any]]  # per (group, kind): count
+    cutoffs: list[dict[str, Any]]  # per source: last_id, last_at, rows
+
+    @property
+    def transactions(self) -> int:
+        return sum(int(r["transactions"]) for r in self.rates)
+
+    @property
+    def broken(self) -> int:
+        return sum(int(r["broken"]) for r in self.rates)
+
+    @property
+    def match_rate(self) -> float | None:
+        """Transactions with no anomaly (but info) over the day's transactions; None: none."""
+        return None if not self.transactions else 1 - self.broken / self.transactions
+
+    def by(self, key: str) -> list[dict[str, Any]]:
+        """``rates`` summed by ``topic`` or ``producer_group``, each with its match rate."""
+        sums: dict[str, list[int]] = {}
+        for r in self.rates:
+            n = sums.setdefault(str(r[key]), [0, 0])
+            n[0] += int(r["transactions"])
+            n[1] += int(r["broken"])
+        return [
+            {key: k, "transactions": t, "broken": b, "match_rate": 1 - b / t if t else None}
+            for k, (t, b) in sorted(sums.items())
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "transactions": self.transactions,
+            "broken": self.broken,
+            "match_rate": self.match_rate,
+            "by_topic": self.by("topic"),
+            "by_producer_group": self.by("producer_group"),
+            "by_consumer_group": self.consumer_groups,
+            "cutoffs": self.cutoffs,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class Summary:
     """One run's figures.  ``rows`` holds the anomalies the report lists per kind (every one up
     to the job's cap; ``counts`` has the full numbers); ``console_url`` (None: none configured)
@@ -128,6 +173,7 @@ class Summary:
     console_url: str | None = None
     breaks: BreakFigures | None = None
     policy: Policy | None = None
+    stakes: Stakes | None = None
 
     def total(self, severity: str) -> int:
         return sum(n for kind, n in self.counts.items() if SEVERITY[kind] == severity)
@@ -171,4 +217,5 @@ class Summary:
             "policy": (self.policy or default_policy(SEVERITY)).to_json(),
             "levels": {k: v for k, v in self.levels().items() if v},
             "breaks": self.breaks.to_json() if self.breaks is not None else None,
+            "stakes": self.stakes.to_json() if self.stakes is not None else None,
         }

@@ -215,6 +215,7 @@ def test_the_new_sections_in_chromium(scene: Scene, report: str, browser: Any) -
         page.wait_for_url(f"**/console/reconciliation/{NAME}#break-{CREDIT}")
         status = page.locator(f"#break-{CREDIT} .break-status").inner_text()
         assert "explained: refund booked by Smith's bank" in status
+        page.frame_locator("#report").locator("#breaks").wait_for()  # the reloaded frame
         page.screenshot(path=str(scene.shots / "reconciliation-breaks.png"), full_page=True)
     finally:
         context.close()

@@ -209,6 +209,16 @@ def test_breaks_carried_across_three_days_with_statuses_ages_and_the_policy(
     assert {r["age_bucket"] for r in rows.values()} == {"<1d"}
     assert not any(r["overdue"] for r in rows.values())
     assert day1.exit_code == 1  # four unhandled stuck halves, above warn_above 0
+    stakes = json.loads((out / "report" / f"date={DAYS[0]}" / "summary.json").read_text())["stakes"]
+    assert (stakes["transactions"], stakes["broken"]) == (5, 4)
+    assert stakes["match_rate"] == pytest.approx(0.2)
+    assert [(g["topic"], g["transactions"]) for g in stakes["by_topic"]] == [(TOPIC, 5)]
+    cut = {c["source"]: c for c in stakes["cutoffs"]}
+    assert cut["store transactions"]["last_at"] == at(DAYS[0], 15)
+    assert (cut["store messages"]["last_at"], cut["store messages"]["rows"]) == (
+        at(DAYS[0], 15.1),
+        7,
+    )
 
     with Console(broker, "operator-key", "operator-secret-0123456789") as operator:
         assert operator.set_status(DAYS[0], rows["c"]["break_id"], "acknowledged") == 303
