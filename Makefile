@@ -83,6 +83,7 @@ bench: setup
 	$(BIN)/python bench/checkback_bench.py
 	$(BIN)/python bench/consumer_bench.py
 	$(BIN)/python bench/framework_bench.py
+	$(BIN)/python bench/peer_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
