@@ -19,7 +19,14 @@ from broker_service.api.gate import AclGate
 from broker_service.api.hardening import HeaderLimits, TrustedHosts, allowed_hosts
 from broker_service.api.limits import BodyLimit
 from broker_service.api.observe import RequestTimer, RouteTemplates
-from broker_service.api.permissions import OPS_ROUTES, RouteRules, admin, each_route, needs
+from broker_service.api.permissions import (
+    OPS_ROUTES,
+    RouteRules,
+    admin,
+    declared,
+    each_route,
+    needs,
+)
 from broker_service.api.routes import acl as acl_routes
 from broker_service.api.routes import brokers as broker_routes
 from broker_service.api.routes import checks, messages, ops, producers, store, topics, transactions
@@ -92,10 +99,11 @@ def add_routes(app: FastAPI, routers: tuple[APIRouter, ...]) -> None:
 
 
 def declare_framework_routes(app: FastAPI) -> None:
-    """FastAPI's own pages (the OpenAPI document, its two browsers) are declared here, as each
-    of ours is where it is defined: an operator's, public with ``acl_public_ops``."""
-    for _path, route in each_route(app.routes):
-        if route.path in OPS_ROUTES:
+    """FastAPI's own pages (the OpenAPI document, its two browsers), which it adds itself, are
+    declared here, as each of ours is where it is defined: an operator's, public with
+    ``acl_public_ops``."""
+    for path, route in each_route(app.routes):
+        if path in OPS_ROUTES and declared(route) is None:
             needs(admin)(route.endpoint)
 
 

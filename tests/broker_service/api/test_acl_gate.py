@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from broker_service.api.permissions import RouteRules, admin
+from broker_service.api.permissions import RouteRules, admin, public
 from framework.signing import Credentials, HalfmqAuth, sign_headers
 from tests.support import (
     ACL,
@@ -118,6 +118,16 @@ def test_a_route_that_declares_nothing_needs_admin_and_is_named() -> None:
     assert table.undeclared == (("GET", "/v1/forgotten/{name}"),)
     assert table.rule_for("GET", "/v1/forgotten/x") == (admin, {"name": "x"})
     assert table.rule_for("GET", "/v1/nowhere") == (admin, {})  # no route at all
+
+
+def test_acl_public_ops_opens_the_operations_pages_only(migrated_url: str, acl_file: Path) -> None:
+    routes = _acl_app(migrated_url, acl_file).routes
+    closed, opened = RouteRules.of(routes), RouteRules.of(routes, public_ops=True)
+    for path in ("/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"):
+        assert closed.rule_for("GET", path) == (admin, {}), path
+        assert opened.rule_for("GET", path) == (public, {}), path
+    assert opened.rule_for("POST", "/v1/echo") == (admin, {})
+    assert opened.rule_for("GET", "/v1/acl") == (admin, {})
 
 
 def test_the_permissions_table_in_the_docs_is_the_code(migrated_url: str, acl_file: Path) -> None:
