@@ -82,6 +82,7 @@ def cutoffs(
         for row in (
             ledger.groupBy("bank")
             .agg(F.max("created_at").alias("last_at"), F.count(F.lit(1)).alias("rows"))
+            .orderBy("bank")
             .collect()
         ):
             found.append(

@@ -42,6 +42,22 @@ def _plain(value: Any) -> Any:
     return value.isoformat() if isinstance(value, dt.date) else value
 
 
+_KIND_RANK = {kind: i for i, kind in enumerate(KINDS)}
+_STATE_RANK = {"changed_kind": 0, "still_open": 1, "new": 2, "resolved": 3}
+
+
+def _row_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The report's order of the breaks, the same on every run and every cluster: by kind (the
+    registry's order), the carried ones first, oldest first, then by id."""
+    return (
+        _KIND_RANK.get(str(row["kind"]), len(_KIND_RANK)),
+        _STATE_RANK.get(str(row["state"]), len(_STATE_RANK)),
+        str(row["first_seen"] or ""),
+        row["created_at"] or 0,
+        str(row["break_id"]),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class KindBreaks:
     """One kind's breaks after the run."""
@@ -68,8 +84,9 @@ class BreakFigures:
     def of(
         cls, groups: list[dict[str, Any]], rows: list[dict[str, Any]], *, statuses_from: str = ""
     ) -> BreakFigures:
-        plain = [{k: _plain(r.get(k)) for k in _FIELDS} for r in rows]
-        return cls([{k: _plain(v) for k, v in g.items()} for g in groups], plain, statuses_from)
+        plain = sorted(({k: _plain(r.get(k)) for k in _FIELDS} for r in rows), key=_row_order)
+        counted = sorted(({k: _plain(v) for k, v in g.items()} for g in groups), key=str)
+        return cls(counted, plain, statuses_from)
 
     def by_kind(self) -> dict[str, KindBreaks]:
         found: dict[str, dict[str, int]] = {}
@@ -94,7 +111,7 @@ class BreakFigures:
         for g in self.groups:
             if g["state"] != RESOLVED:
                 counted[str(g[key])] = counted.get(str(g[key]), 0) + int(g["count"])
-        return counted
+        return dict(sorted(counted.items()))
 
     def to_json(self) -> dict[str, Any]:
         kinds = self.by_kind()
