@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -75,10 +76,25 @@ def store_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
-@pytest.fixture
-def migrated_url(store_url: str) -> str:
+@pytest.fixture(scope="session")
+def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file migrated by Alembic per session: each test's migrated SQLite store is a
+    copy of it (the migrations themselves are tested in tests/broker_service/store)."""
     from broker_service.store import migrate
 
+    path = tmp_path_factory.mktemp("migrated") / "template.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def migrated_url(store_url: str, request: pytest.FixtureRequest) -> str:
+    from broker_service.store import migrate
+
+    if store_url.startswith("sqlite:///"):
+        template: Path = request.getfixturevalue("_migrated_sqlite")
+        shutil.copyfile(template, store_url.removeprefix("sqlite:///"))
+        return store_url
     migrate.upgrade(store_url)
     return store_url
 
