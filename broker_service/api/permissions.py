@@ -465,10 +465,3 @@ class RouteRules:
             if found:
                 return rule, found.groupdict()
         return admin, {}  # no route, or another method's (404, 405)
-
-
-# No table of routes lives here any more.  The name stays, empty, for observe.py's default route
-# templates (``known_routes``), which still import it; the app hands its timer the templates of
-# its own routes instead (:func:`broker_service.api.app.request_timer`).  To go once observe.py
-# stops importing it.
-RULES: dict[tuple[str, str], Rule] = {}
