@@ -1,12 +1,14 @@
 """The only I/O of the client: two small drivers of :mod:`framework.protocol` and
 :mod:`framework.flow`, one on ``httpx.Client`` (threads, ``time.sleep``) and one on
-``httpx.AsyncClient`` (``asyncio.sleep``).  Neither hides the other: the sync face runs no event
-loop.  ``call`` makes one call, retried and failed over as :class:`~framework.protocol.Attempts`
-decides; ``run`` drives a decision flow.  With credentials, both sign every request (and every
-retry, afresh) through :class:`~framework.signing.HalfmqAuth`, which sits on the client, so a
-transport given for tests (``halfmq.testing``) is signed through as well.  Every request carries
-the caller's OpenTelemetry context (:func:`framework.otel.headers`), so a broker's request spans
-join the caller's trace (a shared request: the context of the call that led it).
+``httpx.AsyncClient`` (``asyncio.sleep``) over aiohttp's connection pool (httpx-aiohttp: httpcore's
+async pool spends per request in proportion to its idle connections, the square in part).
+Neither hides the other: the sync face runs no event loop.  ``call`` makes one call, retried and
+failed over as :class:`~framework.protocol.Attempts` decides; ``run`` drives a decision flow.
+With credentials, both sign every request (and every retry, afresh) through
+:class:`~framework.signing.HalfmqAuth`, which sits on the client, so a transport given for tests
+(``halfmq.testing``) is signed through as well.  Every request carries the caller's
+OpenTelemetry context (:func:`framework.otel.headers`), so a broker's request spans join the
+caller's trace (a shared request: the context of the call that led it).
 
 Given a :class:`~framework.batching.Linger` that is on, a call that may share a request
 (``Call.share``) is gathered with the others of its lane (:mod:`framework.batching`): the call
@@ -28,7 +30,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
+import aiohttp
 import httpx
+from httpx_aiohttp import AiohttpTransport
 
 from framework import otel
 from framework.batching import ALONE, ONE_ATTEMPT, Alone, Gathering, Gatherings, Linger, Outcome
@@ -67,6 +71,41 @@ def _options(credentials: Credentials | None, verify: Verify) -> dict[str, Any]:
         "auth": None if credentials is None else HalfmqAuth(credentials),
         "verify": _ssl(verify),
     }
+
+
+def _async_transport(options: dict[str, Any]) -> httpx.AsyncBaseTransport:
+    """The async face's transport: httpx over aiohttp's connection pool (httpx-aiohttp), whose
+    checkout does not grow with the pooled connections as httpcore's does (bench/README.md, "The
+    async transport"); the pool's size and the TLS check are the client's.  Unlike httpx's own,
+    it reads no proxy from the environment (``HTTPS_PROXY``): the brokers are reached directly."""
+    return _AiohttpTransport(verify=options["verify"], limits=options["limits"])
+
+
+class _AiohttpTransport(AiohttpTransport):
+    """httpx-aiohttp's transport, raising what httpx's own raises when no answer comes: the
+    callers' retry and fail-over (:class:`~framework.protocol.Attempts`) catch
+    ``httpx.TransportError``.  httpx-aiohttp lets an answer that is not HTTP through as aiohttp's
+    ``ClientResponseError`` and names a refused or dropped connection ``ConnectTimeout``."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx.ConnectTimeout as exc:
+            raise _untimed(exc, request) from exc.__cause__
+        except aiohttp.ClientError as exc:
+            raise httpx.RemoteProtocolError(str(exc), request=request) from exc
+
+
+def _untimed(exc: httpx.ConnectTimeout, request: httpx.Request) -> httpx.TransportError:
+    """A ``ConnectTimeout`` of httpx-aiohttp as httpx names it: a time-out stays one."""
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ServerDisconnectedError):
+        return httpx.RemoteProtocolError(str(cause), request=request)
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(str(cause), request=request)
+    if isinstance(cause, aiohttp.ClientOSError):
+        return httpx.ReadError(str(cause), request=request)
+    return exc
 
 
 class _Client(ABC, Generic[TransportT, HttpT]):
@@ -246,6 +285,8 @@ class AsyncBrokerClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
     def _open(
         self, transport: httpx.AsyncBaseTransport | None, options: dict[str, Any]
     ) -> httpx.AsyncClient:
+        if transport is None:
+            transport = _async_transport(options)
         return httpx.AsyncClient(transport=transport, **options)
 
     async def call(self, call: Call[T], retry: Retry | None = None) -> T:
