@@ -73,3 +73,28 @@ def test_reconcile_without_pyspark_says_what_to_install() -> None:
     )
     assert done.returncode == 2, done.stderr
     assert 'pip install -e ".[spark]"' in done.stdout + done.stderr
+
+
+def test_an_unusable_policy_file_stops_the_job_with_one_line(tmp_path: Path) -> None:
+    """Exit 2 and the reason, before any Spark session is built."""
+    pytest.importorskip("pyspark")
+    from typer.testing import CliRunner
+
+    policy = tmp_path / "policy.yml"
+    policy.write_text("kinds:\n  stuck_half: {max_age: someday}\n")
+    app = typer.Typer()
+    app.command("reconcile")(cli.reconcile)
+    args = [
+        "--date",
+        "2026-11-20",
+        "--parquet",
+        str(tmp_path),
+        "--policy",
+        str(policy),
+    ]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 2
+    text = " ".join(done.output.split())
+    assert "cannot reconcile" in text
+    assert "kinds.stuck_half.max_age" in text
+    assert "Traceback" not in done.output
