@@ -24,6 +24,7 @@ _ACTIONS = {
     "topics": "create_topic",
     "login": "login",
     "logout": "logout",
+    "status": "set_break_status",
 }
 
 
@@ -38,6 +39,8 @@ def action_of(path: str) -> tuple[str, str]:
         return action, "topics"
     if parts[:1] == ["consumer-groups"] and len(parts) > 1:
         return action, f"consumer-group:{parts[1]}"
+    if parts[:1] == ["reconciliation"] and parts[2:3] == ["breaks"] and len(parts) > 3:
+        return action, f"break:{parts[3]}"
     return action, "console"
 
 

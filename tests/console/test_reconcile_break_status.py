@@ -179,7 +179,10 @@ def test_without_admin_the_change_is_refused_and_audited(scene: Scene, report: s
         assert _stored(scene, CREDIT) is None
     with _signed_in(scene, OPERATOR.access_key, OPERATOR.secret_key) as operator:
         audit = operator.get("/console/audit").text
-        refusal = r"<tr>(?:(?!</tr>).)*teller-key(?:(?!</tr>).)*refused"
+        refusal = (
+            r"<tr>(?:(?!</tr>).)*teller-key(?:(?!</tr>).)*set_break_status"
+            rf"(?:(?!</tr>).)*break:{CREDIT}(?:(?!</tr>).)*refused"
+        )
         assert re.search(refusal, audit, re.S | re.I), audit[-2000:]
         no_token = operator.post(path, data={"status": "resolved"})
         assert no_token.status_code == 403
