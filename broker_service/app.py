@@ -44,7 +44,7 @@ from broker_service.schedulers.checkback import CheckBackScheduler
 from broker_service.schedulers.delays import DelayScheduler
 from broker_service.schedulers.presence import PresenceScheduler
 from broker_service.schedulers.retention import RetentionScheduler, count_round
-from broker_service.settings import BrokerSettings
+from broker_service.settings import BrokerSettings, reachable_address
 from broker_service.store.sql_store import SqlStore
 
 log = logging.getLogger("halfmq.broker")
@@ -110,7 +110,8 @@ class Broker:
         if self.grpc is not None:  # on the running loop: uvicorn's, in a broker process
             await self.grpc.start()
             # its bound port in this broker's row: QueryRoute answers every live broker's
-            self.presence.me = replace(self.presence.me, grpc_address=self.grpc.address)
+            grpc_address = reachable_address(settings.host, self.grpc.port)
+            self.presence.me = replace(self.presence.me, grpc_address=grpc_address)
         self.beats.start()  # every broker, schedulers or not: it shares the store
         if settings.scheduler:
             self.delays.start()

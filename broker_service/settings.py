@@ -38,6 +38,14 @@ class Flush(StrEnum):
     ASYNC = "async"
 
 
+def reachable_address(host: str, port: int) -> str:
+    """``host:port`` a listener on ``host`` is reached at from elsewhere: a wildcard host is the
+    machine's name; an IPv6 host is bracketed."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class BrokerSettings(BaseSettings):
     """Everything a broker process can be told."""
 
@@ -415,10 +423,8 @@ class BrokerSettings(BaseSettings):
 
     @property
     def listen_address(self) -> str:
-        """``host:port`` this broker listens on, as the list of brokers shows it (a wildcard
-        host is the machine's name: what another machine would reach)."""
-        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        """``host:port`` this broker listens on, as the list of brokers shows it."""
+        return reachable_address(self.host, self.port)
 
     # -- the domain's plain values --------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,15 +73,6 @@ class GrpcServer:
     def endpoints(self) -> pb.Endpoints:
         """This port's address, for a route whose request did not say how it reached us."""
         return endpoints_of(f"{self.listen.host}:{self.port}")
-
-    @property
-    def address(self) -> str:
-        """``host:port`` of this port as the brokers list keeps it (a wildcard host is the
-        machine's name: what another machine would reach)."""
-        host = self.listen.host
-        if host in ("0.0.0.0", "::", ""):
-            host = socket.gethostname()
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
         limit = self.served.max_body_bytes + _FRAME_SLACK
