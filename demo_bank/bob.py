@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import httpx
 import orjson
 from fastapi import FastAPI, Header
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -83,6 +84,22 @@ def _known(sessions: sessionmaker[Session], transfer_id: str) -> bool:
             select(transfers.c.transfer_id).where(transfers.c.transfer_id == transfer_id)
         ).first()
     return found is not None
+
+
+def accept_order(
+    sessions: sessionmaker[Session], body: TransferIn, fault: str | None
+) -> TransferOrder | JSONResponse:
+    """The order a transfer request asks for, or 409 when its id names a transfer already made
+    (both of Bob's producers, the framework's and RocketMQ's client's, take requests this way)."""
+    if body.transfer_id is not None and _known(sessions, body.transfer_id):
+        return error(409, "TRANSFER_EXISTS", f"transfer {body.transfer_id} exists")
+    return TransferOrder(
+        body.transfer_id or new_transfer_id(),
+        body.from_account,
+        body.to_account,
+        body.amount,
+        fault=fault,
+    )
 
 
 def transfer_body(order: TransferOrder) -> str:
@@ -175,15 +192,9 @@ def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None 
         body: TransferIn,
         x_demo_fault: Annotated[str | None, Header(alias=FAULT_HEADER)] = None,
     ) -> Any:
-        if body.transfer_id is not None and _known(sessions, body.transfer_id):
-            return error(409, "TRANSFER_EXISTS", f"transfer {body.transfer_id} exists")
-        order = TransferOrder(
-            body.transfer_id or new_transfer_id(),
-            body.from_account,
-            body.to_account,
-            body.amount,
-            fault=faults.accept(x_demo_fault),
-        )
+        order = accept_order(sessions, body, faults.accept(x_demo_fault))
+        if not isinstance(order, TransferOrder):
+            return order
         message = Message(
             TOPIC, body=transfer_body(order), keys=[order.transfer_id], tags="transfer"
         )

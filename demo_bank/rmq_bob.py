@@ -35,9 +35,8 @@ from demo_bank.bob import (
     TransferAccepted,
     TransferIn,
     TransferOrder,
-    _known,
+    accept_order,
     debit,
-    new_transfer_id,
     transfer_body,
 )
 from demo_bank.db import make_engine
@@ -105,15 +104,9 @@ class Bob:
         )
 
     def transfer(self, body: TransferIn, fault: str | None) -> Any:
-        if body.transfer_id is not None and _known(self.sessions, body.transfer_id):
-            return error(409, "TRANSFER_EXISTS", f"transfer {body.transfer_id} exists")
-        order = TransferOrder(
-            body.transfer_id or new_transfer_id(),
-            body.from_account,
-            body.to_account,
-            body.amount,
-            fault=fault,
-        )
+        order = accept_order(self.sessions, body, fault)
+        if not isinstance(order, TransferOrder):
+            return order
         transaction = self.producer.begin_transaction()
         try:
             receipt = self.producer.send(half_message(order), transaction)
