@@ -64,15 +64,21 @@ class InFlight:
 
     A connection still checked out when its engine is disposed is not closed: it goes back to a
     pool nothing holds any more and is closed only by the garbage collector, unannounced.  So the
-    store stops taking work, waits for what runs, and only then disposes its engines."""
+    store stops taking work, waits for what runs, and only then disposes its engines.  The
+    refusal is taken under the same lock as the count: a unit handed to a worker thread before
+    the close but started after it would otherwise open a connection on a disposed engine (a
+    fresh pool nothing closes), because the wait saw nothing running."""
 
     def __init__(self) -> None:
         self._running = 0
+        self._closing = False
         self._idle = threading.Condition()
 
     @contextmanager
     def hold(self) -> Iterator[None]:
         with self._idle:
+            if self._closing:
+                raise NotReady("the broker is not ready: the broker is shutting down")
             self._running += 1
         try:
             yield
@@ -81,8 +87,10 @@ class InFlight:
                 self._running -= 1
                 self._idle.notify_all()
 
-    def wait_idle(self, timeout: float) -> bool:
+    def close(self, timeout: float) -> bool:
+        """Refuse new work; wait up to ``timeout`` seconds for the work running to finish."""
         with self._idle:
+            self._closing = True
             return self._idle.wait_for(lambda: self._running == 0, timeout)
 
 
@@ -155,7 +163,7 @@ class SqlStore:
         self.writer.stop()
         if self.log_sync is not None:
             self.log_sync.close()
-        if not self.inflight.wait_idle(_CLOSE_WAIT_SECONDS):
+        if not self.inflight.close(_CLOSE_WAIT_SECONDS):
             log.warning("closing the store with reads still running after %ss", _CLOSE_WAIT_SECONDS)
         self.writer_engine.dispose()
         self.readers.dispose()
@@ -174,6 +182,8 @@ class SqlStore:
             if not self.schema_current:
                 self.schema_reason = reason
             return Readiness(False, reason)
+        if self.closed:  # a probe that read the schema while the store was closing
+            return Readiness(False, self.schema_reason)
         self.schema_current = status.is_current
         if status.is_current:
             self.schema_reason = ""
@@ -216,11 +226,14 @@ class SqlStore:
             if self.closed:
                 return Readiness(False, self.schema_reason)
             try:
-                with self.inflight.hold(), self.readers.connect() as conn:
-                    conn.execute(text("SELECT 1"))
+                with self.inflight.hold():
+                    with self.readers.connect() as conn:
+                        conn.execute(text("SELECT 1"))
+                    return self.check_schema()  # its connection is held against a close too
+            except NotReady:  # closed since the check above
+                return Readiness(False, self.schema_reason)
             except DBAPIError as exc:
                 return Readiness(False, unreachable_reason(exc))
-            return self.check_schema()
 
         return await anyio.to_thread.run_sync(probe)
 
