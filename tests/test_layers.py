@@ -53,6 +53,7 @@ ROOMS: dict[str, set[str]] = {
     "logs": {"domain"},
     "metrics": set(),
     "store": {"domain", "acl", "settings"},
+    "memstore": {"domain"},
     "schedulers": {"domain", "acl", "settings", "logs", "metrics"},
     "api": {"domain", "acl", "settings", "logs", "metrics"},
     "console": {"domain", "acl", "settings", "logs", "metrics", "api"},
@@ -75,6 +76,7 @@ NEVER: dict[str, set[str]] = {
     "domain": IO_LIBRARIES | {"pydantic_settings", "alembic", "anyio"},
     "acl": {"fastapi", "starlette", "sqlalchemy"},
     "store": {"fastapi", "starlette"},
+    "memstore": IO_LIBRARIES | {"anyio", "pydantic_settings", "alembic"},  # the domain's, no I/O
     "console": {"sqlalchemy"},
     "grpc": IO_LIBRARIES | {"anyio"},  # RocketMQ's protocol over the domain: no HTTP, no SQL
 }
@@ -386,6 +388,48 @@ def test_the_domain_imports_no_io_library_nor_pydantic_settings() -> None:
 
 def test_the_domains_parts_keep_their_order() -> None:
     assert offending(DOMAIN_PARTS, domain_part) == []
+
+
+PORT_METHODS_MAX = 20  # a role port a second backend can build and test in one sitting
+PORTS_UNION = "StoreTx"  # the union of the roles that a unit of work receives: not a role
+
+
+def port_methods(ports: Path) -> dict[str, set[str]]:
+    """Every Protocol of the domain's ports and its methods (properties too), the ones it inherits
+    from the other ports included."""
+    own: dict[str, set[str]] = {}
+    bases: dict[str, list[str]] = {}
+    for path in sorted(ports.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            names = [ast.unparse(base) for base in node.bases]
+            if "Protocol" not in names:
+                continue
+            own[node.name] = {
+                item.name
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            bases[node.name] = names
+
+    def methods(name: str) -> set[str]:
+        return own[name].union(*(methods(base) for base in bases[name] if base in own))
+
+    return {name: methods(name) for name in own}
+
+
+def test_no_port_of_the_store_has_more_than_twenty_methods() -> None:
+    """The store's interface is split by role, and each role by aggregate: no port a backend
+    implements (but the union a unit receives) has more than PORT_METHODS_MAX methods."""
+    ports = port_methods(ROOT / "broker_service" / "domain" / "ports")
+    assert {"Store", "MessageStore", PORTS_UNION} <= set(ports)
+    too_wide = {
+        name: len(methods)
+        for name, methods in ports.items()
+        if len(methods) > PORT_METHODS_MAX and name != PORTS_UNION
+    }
+    assert too_wide == {}
 
 
 def test_no_import_circles_between_parts_rooms_domain_parts_or_modules() -> None:

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from broker_service.domain.brokers.model import LIVE_BEATS, BrokerPresence, BrokerSeen
 from broker_service.domain.clock import now_ms
-from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.ports import BrokerStore, Store
 
 FORGET_AFTER_MS = 86_400_000  # a day
 
@@ -47,7 +47,7 @@ class PresenceService:
         presence = replace(self.me, started_at=self.started_at, last_seen_at=now)
         forget_before = now - self.forget_after_ms
 
-        def unit(tx: StoreTx) -> None:
+        def unit(tx: BrokerStore) -> None:
             tx.see_broker(presence)
             tx.forget_brokers(forget_before)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from broker_service.domain.clients.model import FORGET_AFTER_MS, ClientProfile
 from broker_service.domain.clock import now_ms
-from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.ports import ClientStore, Store
 
 
 class ClientService:
@@ -34,7 +34,7 @@ class ClientService:
         now = self.clock()
         profile = ClientProfile(client_id, language, version, access_key, settings, now)
 
-        def unit(tx: StoreTx) -> None:
+        def unit(tx: ClientStore) -> None:
             tx.save_client(profile)
             tx.forget_clients(now - FORGET_AFTER_MS)
 

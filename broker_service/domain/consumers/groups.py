@@ -21,7 +21,7 @@ from broker_service.domain.consumers.model import (
 )
 from broker_service.domain.errors import Conflict, InvalidRequest, NotFound
 from broker_service.domain.messages.model import QueueInfo, Topic
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import GroupStore, ProgressStore, StoreTx
 
 _KNOWN_MS = 1000  # how long a group and its subscriptions are trusted without a look
 
@@ -38,7 +38,7 @@ class Subscribed:
     created: bool
 
 
-def get_group(tx: StoreTx, name: str) -> ConsumerGroup:
+def get_group(tx: GroupStore, name: str) -> ConsumerGroup:
     group = tx.get_consumer_group(name)
     if group is None:
         raise NotFound(
@@ -49,7 +49,7 @@ def get_group(tx: StoreTx, name: str) -> ConsumerGroup:
     return group
 
 
-def start_offset(tx: StoreTx, group: ConsumerGroup, info: QueueInfo) -> int:
+def start_offset(tx: ProgressStore, group: ConsumerGroup, info: QueueInfo) -> int:
     """Where a group (or a new broadcasting member) starts in a queue: ``consume_from``."""
     if info.topic == retry_topic(group.name) or group.consume_from is ConsumeFrom.FIRST_OFFSET:
         return info.min_offset
@@ -68,7 +68,7 @@ class Groups:
         self._known: dict[str, tuple[int, ConsumerGroup, list[Subscription]]] = {}
 
     def group_of(
-        self, tx: StoreTx, name: str, topic: str | None = None
+        self, tx: GroupStore, name: str, topic: str | None = None
     ) -> tuple[ConsumerGroup, list[Subscription]]:
         now = self.clock()
         known = self._known.get(name)

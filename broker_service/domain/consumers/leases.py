@@ -17,7 +17,7 @@ from broker_service.domain.consumers.model import (
 )
 from broker_service.domain.errors import Conflict, NotFound
 from broker_service.domain.ids import new_id
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import DeliveryStore, StoreTx
 
 ProgressKey = tuple[str, str, int, str]
 # How long a receive trusts that no delivery falls due without looking again (see lease_ends).
@@ -105,7 +105,7 @@ def stale(handle: str) -> Conflict:
     )
 
 
-def live_delivery(tx: StoreTx, group: ConsumerGroup, handle: str, now: int) -> Delivery:
+def live_delivery(tx: DeliveryStore, group: ConsumerGroup, handle: str, now: int) -> Delivery:
     """The in-flight delivery behind a handle, still inside its invisibility."""
     delivery = tx.get_delivery(group.name, handle)
     if delivery is None:

@@ -44,7 +44,7 @@ from broker_service.domain.consumers.model import (
 from broker_service.domain.errors import NotFound
 from broker_service.domain.ids import new_id
 from broker_service.domain.messages.model import QueueInfo, StoredMessage
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import ProgressStore, StoreTx
 
 _SCAN_CHUNK = 256
 _SCAN_MAX = 4096
@@ -191,7 +191,7 @@ class Receiver:
             self._hand_out(claim, message, times)
             claim.moved.add(key)
 
-    def _claim_new(self, tx: StoreTx, claim: _Claim, sources: dict[str, TagFilter]) -> None:
+    def _claim_new(self, tx: ProgressStore, claim: _Claim, sources: dict[str, TagFilter]) -> None:
         """New messages from the pull offsets on.  Progress rows a group (or member) lacks are
         made first, where ``consume_from`` says; then only the queues with something new are read
         -- on PostgreSQL locked (``SKIP LOCKED``) so that another broker takes the others."""
@@ -247,7 +247,7 @@ class Receiver:
 
     def _scan(
         self,
-        tx: StoreTx,
+        tx: ProgressStore,
         claim: _Claim,
         progress: QueueProgress,
         info: QueueInfo,
@@ -298,7 +298,9 @@ class Receiver:
         )
 
 
-def _behind_their_heads(tx: StoreTx, claim: _Claim, due_now: list[Delivery]) -> list[Delivery]:
+def _behind_their_heads(
+    tx: ProgressStore, claim: _Claim, due_now: list[Delivery]
+) -> list[Delivery]:
     """An orderly group's due deliveries, each queue's in offset order, leaving out a queue whose
     oldest open delivery is not among them (a retry still waiting for its time): a batch's
     released rest waits behind its failed head and comes back with it, in order."""

@@ -22,7 +22,7 @@ from broker_service.domain import names
 from broker_service.domain.consumers.model import DeliveryState
 from broker_service.domain.errors import DomainError, missing
 from broker_service.domain.messages.model import PROP_REAL_TOPIC, StoredMessage
-from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.ports import ClientStore, Store, StoreTx
 from broker_service.domain.transactions.model import PROP_SENT_BY
 
 _RESOLVED = {"COMMITTED": "COMMITTED", "ROLLED_BACK": "ROLLED_BACK"}
@@ -110,7 +110,7 @@ _CLIENT_ACTS = frozenset(
 
 
 def _with_protocol(
-    tx: StoreTx, events: list[TraceEvent], copies: Sequence[StoredMessage]
+    tx: ClientStore, events: list[TraceEvent], copies: Sequence[StoredMessage]
 ) -> list[TraceEvent]:
     """Each client's act names the protocol it came by: ``via: grpc`` and what the client said
     it is (``client: PYTHON 5.1.2``) for a RocketMQ 5 client, ``via: rest`` for any other.

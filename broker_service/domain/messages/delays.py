@@ -14,7 +14,7 @@ from broker_service.domain.messages.model import (
     PROP_REAL_QUEUE_ID,
     PROP_REAL_TOPIC,
 )
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import MessageStore, StoreTx
 
 log = logging.getLogger("halfmq.delays")
 
@@ -31,7 +31,7 @@ class DelayReleaser:
         self.clock = clock
 
     def release_due(self, limit: int) -> Callable[[StoreTx], ReleaseReport]:
-        def unit(tx: StoreTx) -> ReleaseReport:
+        def unit(tx: MessageStore) -> ReleaseReport:
             now = self.clock()
             released = dropped = 0
             for message in tx.claim_due_delayed(names.SCHEDULE_TOPIC, now, limit):

@@ -24,7 +24,7 @@ from broker_service.domain.messages.model import (
     Topic,
 )
 from broker_service.domain.messages.queues import QueueSelector
-from broker_service.domain.ports import SendUnit, StoreTx
+from broker_service.domain.ports import MessageStore, SendUnit, StoreTx
 
 Message = StoredMessage | PendingMessage
 
@@ -142,7 +142,7 @@ class Sender:
                 limit=self.config.max_message_bytes,
             )
 
-    def topic_for_send(self, tx: StoreTx, name: str) -> Topic:
+    def topic_for_send(self, tx: MessageStore, name: str) -> Topic:
         names.check_user_topic(name)
         topic = tx.get_topic(name)
         if topic is not None:
@@ -158,7 +158,7 @@ class Sender:
         return topic
 
     def previous_send(
-        self, tx: StoreTx, draft: MessageDraft, content_hash: str | None
+        self, tx: MessageStore, draft: MessageDraft, content_hash: str | None
     ) -> Message | None:
         """The message a retransmit repeats, or None; another message under its id is a 409."""
         if draft.msg_id is None:
@@ -232,7 +232,7 @@ class Sender:
         if not any(draft.msg_id for draft in drafts):
             return self._send_new(topic_name, drafts)
 
-        def unit(tx: StoreTx) -> list[SendReceipt]:
+        def unit(tx: MessageStore) -> list[SendReceipt]:
             topic = self.topic_for_send(tx, topic_name)
             now = self.clock()
             next_queue = self.selector.next_queue(topic)
@@ -288,7 +288,7 @@ class Sender:
             or draft.deliver_at is not None
         ]
 
-        def unit(tx: StoreTx) -> list[SendReceipt]:
+        def unit(tx: MessageStore) -> list[SendReceipt]:
             topic = self.topic_for_send(tx, topic_name)
             now = self.clock()
             next_queue = self.selector.next_queue(topic)
@@ -319,7 +319,7 @@ class Sender:
         batch.born_at = self.clock()
         batch.msg_ids = [new_id() for _ in batch.bodies]
 
-        def unit(tx: StoreTx) -> PlainBatch:
+        def unit(tx: MessageStore) -> PlainBatch:
             topic = self.topic_for_send(tx, topic_name)
             batch.queue_id = self.selector.next_queue(topic)
             batch.stored_at = self.clock()

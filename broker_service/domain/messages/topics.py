@@ -9,7 +9,7 @@ from broker_service.domain import names
 from broker_service.domain.config import DomainConfig
 from broker_service.domain.errors import Conflict, InvalidRequest, NotFound
 from broker_service.domain.messages.model import QueueInfo, Topic
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import MessageStore, StoreTx
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class Topics:
                 f"queues must be 1-{self.config.max_topic_queues}", code="INVALID_QUEUE_COUNT"
             )
 
-        def unit(tx: StoreTx) -> TopicCreated:
+        def unit(tx: MessageStore) -> TopicCreated:
             existing = tx.get_topic(name)
             if existing is not None:
                 if existing.queues != count or existing.ordered != ordered:
@@ -62,7 +62,7 @@ class Topics:
     def delete(name: str) -> Callable[[StoreTx], None]:
         names.check_user_topic(name)
 
-        def unit(tx: StoreTx) -> None:
+        def unit(tx: MessageStore) -> None:
             if tx.get_topic(name) is None:
                 raise _not_found(name)
             tx.delete_topic(name)
@@ -73,7 +73,7 @@ class Topics:
     def show(name: str) -> Callable[[StoreTx], TopicView]:
         names.check_name(name, "topic")
 
-        def unit(tx: StoreTx) -> TopicView:
+        def unit(tx: MessageStore) -> TopicView:
             topic = tx.get_topic(name)
             if topic is None:
                 raise _not_found(name)
@@ -82,7 +82,7 @@ class Topics:
         return unit
 
     @staticmethod
-    def list_all(tx: StoreTx) -> list[TopicView]:
+    def list_all(tx: MessageStore) -> list[TopicView]:
         return [_view(tx, topic) for topic in tx.list_topics()]
 
 
@@ -90,7 +90,7 @@ def _not_found(name: str) -> NotFound:
     return NotFound(f"topic {name!r} does not exist", code="TOPIC_NOT_FOUND", topic=name)
 
 
-def _view(tx: StoreTx, topic: Topic) -> TopicView:
+def _view(tx: MessageStore, topic: Topic) -> TopicView:
     infos = {q.queue_id: q for q in tx.queue_infos(topic.name)}
     queues = [infos.get(i, QueueInfo(topic.name, i, 0, 0)) for i in range(topic.queues)]
     return TopicView(topic, queues)

@@ -1,27 +1,40 @@
 """The one interface between the domain and the store, split by role: a second backend's checklist.
 
-========================  =================================================================
-:class:`MessageStore`     topics, queues, appending and reading messages, delayed messages
-:class:`TransactionStore` the index of half messages and their one decision
-:class:`CheckStore`       producer instances, check-back claims and assignments
-:class:`ConsumerStore`    consumer groups, progress per queue, deliveries, the trace
-:class:`AdminStore`       the ACL's nonces and published versions
-:class:`RetentionStore`   the purge: queue heads, readers' positions, bounded deletes
-:class:`AuditStore`       the console's audit log of operator actions
-:class:`BrokerStore`      the brokers sharing the store, each seen at its beats
-:class:`ClientStore`      the RocketMQ 5 clients' profiles and last settings
-========================  =================================================================
+=========================  ================================================================
+:class:`MessageStore`      topics, queues, appending and reading messages, delayed messages
+:class:`TransactionStore`  the index of half messages and their one decision
+:class:`CheckStore`        producer instances, check-back claims and assignments
+:class:`GroupStore`        consumer groups, subscriptions, members; every group's backlog rows
+:class:`ProgressStore`     a group's progress per queue, reading a queue from an offset
+:class:`DeliveryStore`     deliveries behind receipt handles: claims, leases, finishing
+:class:`CopyStore`         a group's retry and dead-letter copies
+:class:`TraceStore`        the trace of what happened to a message
+:class:`AdminStore`        the ACL's nonces and published versions
+:class:`RetentionStore`    the purge: queue heads, readers' positions, bounded deletes
+:class:`AuditStore`        the console's audit log of operator actions
+:class:`BrokerStore`       the brokers sharing the store, each seen at its beats
+:class:`ClientStore`       the RocketMQ 5 clients' profiles and last settings
+:class:`BreakStatusStore`  an operator's status on each of the reconciliation's breaks
+=========================  ================================================================
 
-A unit of work receives a :class:`StoreTx`, the union of the roles; :class:`Store` runs units
-(see :mod:`broker_service.domain.ports.store`).
+No role has more than 20 methods (``tests/test_layers.py`` holds it).  A unit of work receives a
+:class:`StoreTx`, the union of the roles; a function that needs one role only is typed with it.
+:class:`Store` runs units (see :mod:`broker_service.domain.ports.store`).
 """
 
 from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.audit import AuditStore
+from broker_service.domain.ports.breaks import BreakStatusStore
 from broker_service.domain.ports.brokers import BrokerStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.clients import ClientStore
-from broker_service.domain.ports.consumers import ConsumerStore
+from broker_service.domain.ports.consumers import (
+    CopyStore,
+    DeliveryStore,
+    GroupStore,
+    ProgressStore,
+    TraceStore,
+)
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
 from broker_service.domain.ports.retention import RetentionStore, StoreUpkeep
 from broker_service.domain.ports.store import (
@@ -41,12 +54,16 @@ from broker_service.domain.ports.transactions import ResolveOutcome, Transaction
 __all__ = [
     "AdminStore",
     "AuditStore",
+    "BreakStatusStore",
     "BrokerStore",
     "CheckStore",
     "ClientStore",
-    "ConsumerStore",
+    "CopyStore",
+    "DeliveryStore",
+    "GroupStore",
     "MessageQuery",
     "MessageStore",
+    "ProgressStore",
     "Readiness",
     "ResolveOutcome",
     "RetentionStore",
@@ -55,6 +72,7 @@ __all__ = [
     "StoreProbe",
     "StoreTx",
     "StoreUpkeep",
+    "TraceStore",
     "TransactionStore",
     "TransactionUnit",
     "UnitRunner",

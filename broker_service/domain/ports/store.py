@@ -25,7 +25,13 @@ from broker_service.domain.ports.breaks import BreakStatusStore
 from broker_service.domain.ports.brokers import BrokerStore
 from broker_service.domain.ports.checks import CheckStore
 from broker_service.domain.ports.clients import ClientStore
-from broker_service.domain.ports.consumers import ConsumerStore
+from broker_service.domain.ports.consumers import (
+    CopyStore,
+    DeliveryStore,
+    GroupStore,
+    ProgressStore,
+    TraceStore,
+)
 from broker_service.domain.ports.messages import MessageStore
 from broker_service.domain.ports.retention import RetentionStore
 from broker_service.domain.ports.transactions import TransactionStore
@@ -38,7 +44,11 @@ class StoreTx(
     MessageStore,
     TransactionStore,
     CheckStore,
-    ConsumerStore,
+    GroupStore,
+    ProgressStore,
+    DeliveryStore,
+    CopyStore,
+    TraceStore,
     AdminStore,
     RetentionStore,
     AuditStore,
@@ -46,7 +56,8 @@ class StoreTx(
     ClientStore,
     Protocol,
 ):
-    """One store transaction: every role a unit of work may use."""
+    """One store transaction: every role a unit of work may use (a function that needs only one
+    role is typed with that role)."""
 
 
 @dataclass(frozen=True, slots=True)

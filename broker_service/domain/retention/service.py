@@ -23,7 +23,7 @@ from broker_service.domain import names
 from broker_service.domain.clock import now_ms
 from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.errors import Conflict
-from broker_service.domain.ports import Store, StoreTx, StoreUpkeep
+from broker_service.domain.ports import RetentionStore, Store, StoreTx, StoreUpkeep
 from broker_service.domain.retention.model import (
     LEASE,
     Expiry,
@@ -168,7 +168,7 @@ class RetentionService:
         await asyncio.sleep(state.pace.after(time.perf_counter() - started))
         return result
 
-    def _fence(self, tx: StoreTx) -> int:
+    def _fence(self, tx: RetentionStore) -> int:
         """Renew the lease in the unit's transaction: raises when another broker holds it."""
         now = self.clock()
         if not tx.hold_lease(LEASE, self.policy.broker_id, now, now + self.lease_ms):
@@ -252,7 +252,7 @@ class RetentionService:
         released_before = now - self.policy.retention_ms
         if dry_run:
 
-            def count(tx: StoreTx) -> dict[str, int]:
+            def count(tx: RetentionStore) -> dict[str, int]:
                 return tx.purge_released_delayed(
                     head.topic, head.queue_id, released_before, cuts.age, None, dry_run=True
                 )
@@ -261,7 +261,7 @@ class RetentionService:
             return
         cursor = head.min_offset
 
-        def unit(tx: StoreTx) -> tuple[int, int] | None:
+        def unit(tx: RetentionStore) -> tuple[int, int] | None:
             """The next range's start and the messages purged in it; None past the last old
             message."""
             self._fence(tx)
@@ -297,7 +297,7 @@ class RetentionService:
         # when it is resolved, and must have been exported too (the watermark passed it).
         cut = cuts_for(self.policy, names.HALF_TOPIC, self.clock(), state.exported).age
 
-        def unit(tx: StoreTx) -> dict[str, int]:
+        def unit(tx: RetentionStore) -> dict[str, int]:
             at = self.clock() if dry_run else self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)
             return tx.purge_transactions(cut, limit, at, dry_run=dry_run)
@@ -310,14 +310,14 @@ class RetentionService:
         before = now - self.policy.retention_ms
         delivered_before = cuts_for(self.policy, "", now, state.exported).age
 
-        def deliveries(tx: StoreTx) -> dict[str, int]:
+        def deliveries(tx: RetentionStore) -> dict[str, int]:
             if not dry_run:
                 self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)
             n = tx.purge_deliveries(before, delivered_before, limit, dry_run=dry_run)
             return {"deliveries": n}
 
-        def trace(tx: StoreTx) -> dict[str, int]:
+        def trace(tx: RetentionStore) -> dict[str, int]:
             if not dry_run:
                 self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)
@@ -327,7 +327,7 @@ class RetentionService:
         # start, so the records the round itself wrote stay however long its steps took.
         ids_before = min(before, state.started - self.policy.retention_ms)
 
-        def purged_ids(tx: StoreTx) -> dict[str, int]:
+        def purged_ids(tx: RetentionStore) -> dict[str, int]:
             if not dry_run:
                 self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from broker_service.domain.config import CheckPolicy
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import CheckStore, StoreTx
 from broker_service.domain.transactions.halves import unknown_transaction
 from broker_service.domain.transactions.model import (
     CHECKED,
@@ -49,7 +49,7 @@ def check_audit(
 
 
 def _why(
-    tx: StoreTx,
+    tx: CheckStore,
     record: TransactionRecord,
     checks: list[CheckEntry],
     policy: CheckPolicy,

@@ -51,7 +51,7 @@ from broker_service.domain import names
 from broker_service.domain.config import CheckPolicy
 from broker_service.domain.errors import Conflict
 from broker_service.domain.messages.model import StoredMessage
-from broker_service.domain.ports import StoreTx
+from broker_service.domain.ports import CheckStore, StoreTx, TraceStore
 from broker_service.domain.transactions.halves import unknown_transaction
 from broker_service.domain.transactions.model import (
     CHECKED,
@@ -302,7 +302,7 @@ class CheckBack:
             report.pull_assigned[(group, instance.client_id)] += 1
 
     def _note_undelivered(
-        self, tx: StoreTx, request: CheckRequest, error: str, now: int, report: RoundReport
+        self, tx: CheckStore, request: CheckRequest, error: str, now: int, report: RoundReport
     ) -> None:
         since = tx.note_undelivered(request.transaction_id, error[:_ERROR_MAX], now)
         if since is not None and now - since >= self.policy.undelivered_alert_ms:
@@ -312,7 +312,7 @@ class CheckBack:
 
     def _trace_check(
         self,
-        tx: StoreTx,
+        tx: TraceStore,
         msg_id: str,
         counted: TransactionRecord | CheckRequest,
         instance: str | None,
@@ -393,11 +393,13 @@ class CheckBack:
 
         return unit
 
-    def _claim_holds(self, tx: StoreTx, check: PushCheck, now: int) -> bool:
+    def _claim_holds(self, tx: CheckStore, check: PushCheck, now: int) -> bool:
         transaction_id, broker = check.request.transaction_id, self.policy.broker_id
         return tx.holds_claim(transaction_id, broker, check.until, now)
 
-    def _trace_late(self, tx: StoreTx, check: PushCheck, outcome: CheckOutcome, now: int) -> None:
+    def _trace_late(
+        self, tx: TraceStore, check: PushCheck, outcome: CheckOutcome, now: int
+    ) -> None:
         """The ``CHECKED`` event of an outcome that came after the claim: uncounted, and saying so."""
         request = check.request
         late = f"{claim_gone(now, check.until)}: not counted"

@@ -37,7 +37,15 @@ from broker_service.domain.messages.model import (
     StoredMessage,
 )
 from broker_service.domain.messages.sending import Sender
-from broker_service.domain.ports import ResolveOutcome, SendUnit, StoreTx, TransactionUnit
+from broker_service.domain.ports import (
+    MessageStore,
+    ResolveOutcome,
+    RetentionStore,
+    SendUnit,
+    StoreTx,
+    TraceStore,
+    TransactionUnit,
+)
 from broker_service.domain.transactions.model import (
     CHECKED,
     PROP_SENT_BY,
@@ -259,7 +267,9 @@ class Transactions:
         return record
 
     @staticmethod
-    def _answer_repeat(tx: StoreTx, record: TransactionRecord, decision: Decision) -> Resolution:
+    def _answer_repeat(
+        tx: MessageStore, record: TransactionRecord, decision: Decision
+    ) -> Resolution:
         if record.state is not decision.final_state:
             raise Conflict(
                 f"transaction {record.transaction_id} is already {record.state.value}; "
@@ -323,7 +333,7 @@ class Transactions:
 
 
 def _trace_operator(
-    tx: StoreTx, record: TransactionRecord, decision: Decision, actor: str | None, now: int
+    tx: TraceStore, record: TransactionRecord, decision: Decision, actor: str | None, now: int
 ) -> None:
     """An operator's decision, by its access key: an audit record, whatever the trace setting."""
     detail = {"transaction_id": record.transaction_id, "state": record.state.value}
@@ -332,7 +342,7 @@ def _trace_operator(
 
 
 def _trace_pull_answer(
-    tx: StoreTx,
+    tx: TraceStore,
     record: TransactionRecord,
     decision: Decision,
     now: int,
@@ -353,7 +363,7 @@ def _trace_pull_answer(
     return latency
 
 
-def unknown_transaction(tx: StoreTx, transaction_id: str) -> NotFound:
+def unknown_transaction(tx: RetentionStore, transaction_id: str) -> NotFound:
     """404: never existed (``TRANSACTION_NOT_FOUND``), or purged by retention
     (``TRANSACTION_EXPIRED``)."""
     purged = tx.purged_at("t", [transaction_id])
