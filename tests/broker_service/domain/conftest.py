@@ -1,5 +1,6 @@
-"""The domain's services on the real SQL store (a temporary SQLite file), without HTTP, on a clock
-the test moves by hand."""
+"""The domain's services without HTTP, on a clock the test moves by hand, on each store: the real
+SQL store (a temporary SQLite file; PostgreSQL too where a test file asks for ``any_store``) and
+the in-memory store (:mod:`broker_service.memstore`), which passes the same tests."""
 
 from __future__ import annotations
 
@@ -13,10 +14,15 @@ from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.consumers.wakeup import Arrivals
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.messages.service import MessageService
+from broker_service.domain.ports import Store
 from broker_service.domain.transactions.checkback import CheckBack
 from broker_service.domain.transactions.service import TransactionService
-from broker_service.store.sql_store import SqlStore
+from broker_service.memstore import MemoryStore
 from tests.support import open_store
+
+# The stores the ``store`` and ``any_store`` fixtures give, by the name a test's id carries.
+STORES = ("sqlite", "memory")
+EVERY_STORE = ("sqlite", "postgresql", "memory")
 
 
 @dataclass
@@ -38,14 +44,32 @@ class Domain:
     consumers: ConsumerService
 
 
-@pytest.fixture
-async def store(sqlite_url: str) -> AsyncIterator[SqlStore]:
-    async with open_store(sqlite_url) as opened:
+async def _opened(kind: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    if kind == "memory":
+        memory = MemoryStore()
+        yield memory
+        memory.close()
+        return
+    url: str = request.getfixturevalue("sqlite_url" if kind == "sqlite" else "pg_url")
+    async with open_store(url) as opened:
+        yield opened
+
+
+@pytest.fixture(params=STORES)
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    async for opened in _opened(request.param, request):
+        yield opened
+
+
+@pytest.fixture(params=EVERY_STORE)
+async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """Every store: for the tests of what the SQL stores' dialects might do apart."""
+    async for opened in _opened(request.param, request):
         yield opened
 
 
 @pytest.fixture
-def domain(store: SqlStore) -> Domain:
+def domain(store: Store) -> Domain:
     clock = Clock()
     sender = Sender(DomainConfig(), clock=clock)
     consumers = ConsumerService(

@@ -1,0 +1,109 @@
+"""``MemoryStore``: the domain's :class:`Store`, :class:`UnitRunner` and :class:`StoreProbe` on
+Python data structures, in this process.
+
+Units of work run one at a time under an asyncio lock, each on a :class:`MemoryTx` that notes
+how to undo its changes: a write unit that raises leaves nothing behind (the port's terms, "the
+store drops what it appended", taken whole: its every change), one that returns is kept and seen
+by every later unit.  A read unit's changes, if it made any, are undone too, as a SQL read's
+uncommitted transaction would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from broker_service.domain.errors import NotReady, Unauthenticated
+from broker_service.domain.ports import Readiness, Store, StoreProbe, StoreTx, UnitRunner
+from broker_service.domain.ports.retention import StoreUpkeep
+from broker_service.memstore.state import State
+from broker_service.memstore.tx import MemoryTx
+
+T = TypeVar("T")
+
+NonceKey = tuple[str, str, int]  # (access_key, nonce, signed_at: the signed timestamp, ms)
+
+
+def replayed(nonce: NonceKey) -> Unauthenticated:
+    """What a second use of a signed request's nonce is answered (as by the SQL store)."""
+    return Unauthenticated(
+        "this request's nonce was already used: a replayed request is refused; sign each "
+        "request with a new nonce",
+        code="NONCE_REPLAYED",
+        access_key=nonce[0],
+    )
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.state = State()
+        self._lock = asyncio.Lock()
+        self.closed = False
+        self.batches = 0  # write units committed (each is a batch of its own)
+        self.units = 0
+
+    async def write(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
+        """Run ``unit`` and keep what it did, or, when it raises, nothing of it.  ``nonce``: a
+        signed request's, remembered with the unit's changes before it runs; one seen before
+        raises ``Unauthenticated`` (``NONCE_REPLAYED``) and the unit does not run."""
+        async with self._lock:
+            self._guard()
+            tx = MemoryTx(self.state)
+            try:
+                if nonce is not None and not tx.remember_nonces([nonce])[0]:
+                    raise replayed(nonce)
+                result = unit(tx)
+            except BaseException:
+                tx.rollback()
+                raise
+            tx.commit()
+            self.batches += 1
+            self.units += 1
+            return result
+
+    async def read(self, unit: Callable[[StoreTx], T]) -> T:
+        async with self._lock:
+            self._guard()
+            tx = MemoryTx(self.state)
+            try:
+                return unit(tx)
+            finally:
+                tx.rollback()
+
+    async def run(
+        self,
+        unit: Callable[[StoreTx], T],
+        *,
+        lease_only: bool = False,
+        nonce: NonceKey | None = None,
+    ) -> T:
+        """A consumer unit: one more write (units never run side by side here)."""
+        return await self.write(unit, nonce=nonce)
+
+    def close(self) -> None:
+        """Refuse every unit from now on (``NotReady``), as a closed SQL store does."""
+        self.closed = True
+
+    def _guard(self) -> None:
+        if self.closed:
+            raise NotReady("the broker is not ready: the broker is shutting down")
+
+    async def ping(self) -> Readiness:
+        if self.closed:
+            return Readiness(False, "the broker is shutting down")
+        return Readiness(True)
+
+    def stats(self) -> dict[str, Any]:
+        return {"batches": self.batches, "units": self.units}
+
+    async def reclaim(self, purged: Mapping[str, int]) -> list[str]:
+        """Deleted rows are gone from memory at once: nothing to reclaim."""
+        return []
+
+
+# mypy holds the store to the ports it stands for.
+_store: type[Store] = MemoryStore
+_runner: type[UnitRunner] = MemoryStore
+_probe: type[StoreProbe] = MemoryStore
+_upkeep: type[StoreUpkeep] = MemoryStore
