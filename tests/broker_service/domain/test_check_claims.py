@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,6 +15,7 @@ from broker_service.domain.config import CheckPolicy, DomainConfig
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.messages.service import MessageService
+from broker_service.domain.ports import Store
 from broker_service.domain.transactions.checkback import CheckBack, PushCheck
 from broker_service.domain.transactions.model import (
     CheckFailure,
@@ -26,27 +26,19 @@ from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.metrics import BrokerMetrics
 from broker_service.schedulers.checkback import CheckBackScheduler
-from broker_service.store.sql_store import SqlStore
 from framework.checkserver import start_thread_server
 from framework.message import LocalTransactionState, Message
 from tests.broker_service.domain.conftest import Clock
-from tests.support import open_store
 
 TIMEOUT_MS = 6000  # DomainConfig's transaction_timeout_ms
 POLICY = CheckPolicy()
 CLAIM_MS = POLICY.interval_ms + 2 * POLICY.push_timeout_ms  # how long a push check is claimed
 
 
-@pytest.fixture
-async def any_store(store_url: str) -> AsyncIterator[SqlStore]:
-    async with open_store(store_url) as opened:
-        yield opened
-
-
 class Brokers:
     """Two brokers' domains on one store, on one clock."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.clock = Clock()
         sender = Sender(DomainConfig(), clock=self.clock)
         self.messages = MessageService(store, sender)
@@ -81,7 +73,7 @@ class Brokers:
 
 
 @pytest.fixture
-def brokers(any_store: SqlStore) -> Brokers:
+def brokers(any_store: Store) -> Brokers:
     return Brokers(any_store)
 
 

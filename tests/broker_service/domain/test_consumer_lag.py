@@ -6,7 +6,7 @@ backlog reads where groups start only for the queues they have no offset in."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -19,20 +19,17 @@ from broker_service.domain.consumers.model import (
     retry_topic,
 )
 from broker_service.domain.messages.model import MessageDraft
-from broker_service.domain.ports import StoreTx
-from broker_service.store.sql_store import SqlStore
+from broker_service.domain.ports import Store, StoreTx
 from tests.broker_service.domain.conftest import Domain
-from tests.support import open_store
 
 BROADCASTING = MessageModel.BROADCASTING
 EXPIRY_MS = 120_000  # ConsumerConfig's consumer_expiry_ms
 
 
 @pytest.fixture
-async def store(migrated_url: str) -> AsyncIterator[SqlStore]:
-    """The domain's services on both stores (the domain conftest's are on SQLite only)."""
-    async with open_store(migrated_url) as opened:
-        yield opened
+def store(any_store: Store) -> Store:
+    """The domain's services on every store (the domain conftest's are on SQLite and memory)."""
+    return any_store
 
 
 async def _send(domain: Domain, n: int) -> None:

@@ -4,22 +4,18 @@ delay are each retrying in their queue's row and in the group's total, on both s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from broker_service.domain.consumers.model import ConsumerGroup, GroupView, retry_topic
 from broker_service.domain.messages.model import MessageDraft
-from broker_service.store.sql_store import SqlStore
+from broker_service.domain.ports import Store
 from tests.broker_service.domain.conftest import Domain
-from tests.support import open_store
 
 
 @pytest.fixture
-async def store(migrated_url: str) -> AsyncIterator[SqlStore]:
-    """The domain's services on both stores (the domain conftest's are on SQLite only)."""
-    async with open_store(migrated_url) as opened:
-        yield opened
+def store(any_store: Store) -> Store:
+    """The domain's services on every store (the domain conftest's are on SQLite and memory)."""
+    return any_store
 
 
 async def _three_queues(domain: Domain, group: ConsumerGroup) -> None:

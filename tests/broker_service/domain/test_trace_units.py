@@ -5,8 +5,6 @@ transaction is or is not due, and the ``trace`` setting off."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from broker_service.domain.config import CheckPolicy, ConsumerConfig, DomainConfig
@@ -17,24 +15,17 @@ from broker_service.domain.errors import Forbidden
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.messages.service import MessageService
+from broker_service.domain.ports import Store
 from broker_service.domain.transactions.checkback import CheckBack
 from broker_service.domain.transactions.model import CheckDue, Decision, ResolvedBy
 from broker_service.domain.transactions.service import TransactionService
-from broker_service.store.sql_store import SqlStore
 from tests.broker_service.domain.conftest import Clock, Domain
-from tests.support import open_store
 
 TIMEOUT_MS = 6000  # DomainConfig's transaction_timeout_ms
 INTERVAL_MS = 30_000  # CheckPolicy's interval_ms
 
 
-@pytest.fixture
-async def any_store(store_url: str) -> AsyncIterator[SqlStore]:
-    async with open_store(store_url) as opened:
-        yield opened
-
-
-def _domain(store: SqlStore, *, trace: bool) -> Domain:
+def _domain(store: Store, *, trace: bool) -> Domain:
     clock = Clock()
     sender = Sender(DomainConfig(), clock=clock)
     policy = CheckPolicy(broker_id="broker-a", trace=trace)
@@ -47,7 +38,7 @@ def _domain(store: SqlStore, *, trace: bool) -> Domain:
 
 
 @pytest.fixture
-def domain(any_store: SqlStore) -> Domain:
+def domain(any_store: Store) -> Domain:
     return _domain(any_store, trace=True)
 
 
@@ -169,7 +160,7 @@ async def test_client_reports_are_recorded_each_on_its_own(domain: Domain) -> No
     assert pub.detail == {"group": "bob", "topic": "transfers", "cost_ms": 1.5, "status": "OK"}
 
 
-async def test_trace_off_writes_no_event_of_its_own(any_store: SqlStore) -> None:
+async def test_trace_off_writes_no_event_of_its_own(any_store: Store) -> None:
     domain = _domain(any_store, trace=False)
     txid, msg_id = await _half(domain)
     domain.clock.advance(TIMEOUT_MS)
