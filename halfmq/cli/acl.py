@@ -9,19 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group, RenderableType
 
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    fields_panel,
-    show,
-    table,
-)
+from halfmq.cli.output import Broker, broker_options, fields_panel, table
 
 app = typer.Typer(help="Show and change the broker's ACL (admin account).", no_args_is_help=True)
 
@@ -33,35 +21,26 @@ def _split(text: str | None) -> list[str] | None:
 
 
 @app.command("show")
-def show_(
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def show_(broker: Broker) -> None:
     """The enforced ACL: version, global white list and accounts (never a secret)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.acl()
-    show(answer, as_json, _render)
+    broker.ask(lambda client: client.acl(), _render)
 
 
 @app.command()
-def version(
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def version(broker: Broker) -> None:
     """The version the broker enforces (the same on every broker of one database)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.acl("/version")
-    show(answer, as_json, lambda a: fields_panel("ACL", [("version", a["version"])]))
+    broker.ask(
+        lambda client: client.acl("/version"),
+        lambda a: fields_panel("ACL", [("version", a["version"])]),
+    )
 
 
 @app.command("update-account")
+@broker_options()
 def update_account(
+    broker: Broker,
     account: KeyOption,
     secret: Annotated[
         str | None, typer.Option("-s", "--secret", help="Its secretKey (needed for a new account).")
@@ -84,11 +63,6 @@ def update_account(
     default_group: Annotated[
         str | None, typer.Option("--default-group-perm", help="DENY, PUB, SUB or PUB|SUB.")
     ] = None,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Create an account or change the fields given (mqadmin updateAclConfig)."""
     changes: dict[str, Any] = {
@@ -101,41 +75,28 @@ def update_account(
         "group_perms": _split(groups),
     }
     body = {key: value for key, value in changes.items() if value is not None}
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.update_account(account, body)
-    show(answer, as_json, _render_account)
+    broker.ask(lambda client: client.update_account(account, body), _render_account)
 
 
 @app.command("delete-account")
-def delete_account(
-    account: KeyOption,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def delete_account(broker: Broker, account: KeyOption) -> None:
     """Remove an account (mqadmin deleteAclConfig)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         client.delete_account(account)
-    show({"deleted": account}, as_json, lambda a: fields_panel("deleted", [("account", account)]))
+    broker.show({"deleted": account}, lambda a: fields_panel("deleted", [("account", account)]))
 
 
 @app.command("update-global-white")
+@broker_options()
 def update_global_white(
+    broker: Broker,
     addresses: Annotated[
         str, typer.Option("--addresses", help="10.10.103.*,192.168.0.0/16 (replaces the list).")
     ],
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Replace globalWhiteRemoteAddresses (mqadmin updateGlobalWhiteAddr)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.update_global_white(_split(addresses) or [])
-    show(answer, as_json, _render)
+    broker.ask(lambda client: client.update_global_white(_split(addresses) or []), _render)
 
 
 def _render_account(account: dict[str, Any]) -> RenderableType:

@@ -20,19 +20,7 @@ from rich.console import RenderableType
 
 from broker_service.settings import BrokerSettings, load_settings
 from halfmq.cli.client import Json, json_call
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    refuse,
-    show,
-    table,
-)
+from halfmq.cli.output import Broker, broker_options, refuse, table
 
 app = typer.Typer(help="Run the broker; list the brokers sharing its store.", no_args_is_help=True)
 
@@ -124,10 +112,7 @@ def _help(field: FieldInfo) -> str:
     return f"{description}  [default: {shown}]"
 
 
-def serve(
-    config: ConfigOption = None,
-    **flags: Any,
-) -> None:
+def serve(config: ConfigOption = None, **flags: Any) -> None:
     """Start the broker (default 127.0.0.1:9876 on the SQLite file ./halfmq.db).
 
     Every setting is also HALFMQ_<NAME> in the environment and a key of the config file; a flag
@@ -157,18 +142,11 @@ app.command()(serve)
 
 
 @app.command("list")
-def list_brokers(
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 30.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options(timeout=30.0)
+def list_brokers(broker: Broker) -> None:
     """The brokers sharing the store of --broker (GET /v1/brokers, admin): the live ones first,
     the others with when they were last seen."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.call(json_call("GET", "/v1/brokers"))
-    show(answer, as_json, render_brokers)
+    broker.ask(lambda client: client.call(json_call("GET", "/v1/brokers")), render_brokers)
 
 
 def render_brokers(answer: Json) -> RenderableType:

@@ -9,18 +9,12 @@ from typing import Annotated
 import typer
 
 from halfmq.cli.groups import GroupArgument
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-)
+from halfmq.cli.output import Broker, broker_options
 
 
+@broker_options(timeout=40.0, json_option=False)
 def consume(
+    broker: Broker,
     group: GroupArgument,
     topic: Annotated[
         str | None, typer.Option(help="One subscribed topic (default: every subscription).")
@@ -38,17 +32,13 @@ def consume(
     no_ack: Annotated[
         bool, typer.Option("--no-ack", help="Print only; the messages come again later.")
     ] = False,
-    broker: BrokerOption = DEFAULT_BROKER,
-    timeout: TimeoutOption = 40.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Receive messages of GROUP, print each as one JSON line, and ack them."""
     import os
 
     member = client_id or f"halfmq-cli-{os.getpid()}"
     seen = 0
-    with connect(broker, timeout, False, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         idle_since = time.monotonic()
         while count is None or seen < count:
             poll = 20.0 if wait == 0 else min(20.0, wait)

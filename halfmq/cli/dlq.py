@@ -8,38 +8,23 @@ import typer
 from rich.text import Text
 
 from halfmq.cli.groups import GroupArgument
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    show,
-    table,
-)
+from halfmq.cli.output import Broker, broker_options, table
 
 app = typer.Typer(help="List and resend a consumer group's dead letters.", no_args_is_help=True)
 
 
 @app.command("list")
+@broker_options()
 def list_(
+    broker: Broker,
     group: GroupArgument,
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="Most dead letters to list.")] = 100,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Messages in %DLQ%GROUP, oldest first (resent ones show when)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         dead = client.dlq(group, limit)
-    show(
+    broker.show(
         {"messages": dead},
-        as_json,
         lambda a: table(
             f"dead letters of {group}",
             ["msg id", "topic", "tags", "keys", "reconsume", "stored", "resent"],
@@ -60,16 +45,14 @@ def list_(
 
 
 @app.command()
+@broker_options()
 def resend(
+    broker: Broker,
     group: GroupArgument,
     msg_id: Annotated[str, typer.Argument(metavar="MSG_ID", show_default=False)],
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Send a dead message back to its group (reconsume count reset)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.resend(group, msg_id)
-    show(answer, as_json, lambda m: Text(f"resent {m['msg_id']} to {group}"))
+    broker.ask(
+        lambda client: client.resend(group, msg_id),
+        lambda m: Text(f"resent {m['msg_id']} to {group}"),
+    )

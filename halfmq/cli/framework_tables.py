@@ -11,6 +11,7 @@ with its password masked, in answers and in errors alike; give it in
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -67,21 +68,22 @@ _NAMES: dict[Which, list[TableName]] = {
 }
 
 
-def _duration(value: str) -> str:
-    """Checked as given (the command converts it): 7d, 36h, 90m, 45s, 500ms."""
-    try:
-        parse_duration(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return value
+def _checked_by(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """An option's callback: the value as given (the command converts it) when ``parse`` takes
+    it, else a usage error saying what ``parse`` refused."""
+
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        return value
+
+    return check
 
 
-def _levels(value: str) -> str:
-    try:
-        delay_levels(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return value
+_duration = _checked_by(parse_duration)  # 7d, 36h, 90m, 45s, 500ms
+_levels = _checked_by(delay_levels)
 
 
 def _seconds_help(what: str, default: float) -> str:

@@ -8,20 +8,7 @@ import typer
 from rich.console import Group, RenderableType
 
 from halfmq.cli.client import Json
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    fields_panel,
-    show,
-    table,
-    time_option,
-)
+from halfmq.cli.output import Broker, broker_options, fields_panel, table, time_option
 
 app = typer.Typer(help="Create, show and reset consumer groups.", no_args_is_help=True)
 
@@ -31,7 +18,9 @@ GroupArgument = Annotated[
 
 
 @app.command()
+@broker_options()
 def create(
+    broker: Broker,
     group: GroupArgument,
     topic: Annotated[
         list[str] | None,
@@ -52,11 +41,6 @@ def create(
         typer.Option(min=0, help="Retries before the DLQ (none: the broker's default, 16)."),
     ] = None,
     orderly: Annotated[bool, typer.Option("--orderly", help="Strict order per queue.")] = False,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Create a consumer group (the same config again is fine; another is 409) and subscribe it."""
     body: Json = {
@@ -70,53 +54,44 @@ def create(
         body["consume_timestamp"] = stamp
     if max_reconsume_times is not None:
         body["max_reconsume_times"] = max_reconsume_times
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         answer, created = client.create_group(body)
         for item in topic or []:
             name, _, expression = item.partition(":")
             client.subscribe(group, name, expression or "*")
         shown = client.show_group(group) if topic else answer
     title = f"created consumer group {group}" if created else f"consumer group {group} exists"
-    show(shown, as_json, lambda g: render_group(g, title))
+    broker.show(shown, lambda g: render_group(g, title))
 
 
 @app.command("show")
-def show_(
-    group: GroupArgument,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def show_(broker: Broker, group: GroupArgument) -> None:
     """Members, subscriptions, and per queue: committed and max offset, lag, in flight, retrying,
     dead, and expired (purged by retention before the group passed them)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.show_group(group)
-    show(answer, as_json, lambda g: render_group(g, f"consumer group {group}"))
+    broker.ask(
+        lambda client: client.show_group(group),
+        lambda g: render_group(g, f"consumer group {group}"),
+    )
 
 
 @app.command("reset-offset")
+@broker_options()
 def reset_offset(
+    broker: Broker,
     group: GroupArgument,
     topic: Annotated[str, typer.Option("--topic", help="The subscribed topic.")],
     timestamp: Annotated[
         str, typer.Option("--timestamp", help="RFC 3339 time or epoch milliseconds.")
     ],
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Consume TOPIC again from the first message stored at or after TIMESTAMP."""
     stamp = time_option(timestamp, "--timestamp")
     assert stamp is not None
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         answer = client.reset_offset(group, topic, stamp)
-    show(
+    broker.show(
         answer,
-        as_json,
         lambda a: table(
             f"{group} reset in {topic}",
             ["queue", "offset"],

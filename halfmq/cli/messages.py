@@ -11,45 +11,28 @@ from rich.panel import Panel
 from rich.text import Text
 
 from halfmq.cli.client import Json, json_call, segment
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    fields_panel,
-    show,
-    table,
-    time_option,
-)
+from halfmq.cli.output import Broker, broker_options, fields_panel, table, time_option
 
 app = typer.Typer(help="Query messages.", no_args_is_help=True)
 
 PREVIEW = 40
 
+MsgIdArgument = Annotated[
+    str, typer.Argument(metavar="MSG_ID", help="The message's msg_id.", show_default=False)
+]
+
 
 @app.command()
-def get(
-    msg_id: Annotated[
-        str, typer.Argument(metavar="MSG_ID", help="The message's msg_id.", show_default=False)
-    ],
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def get(broker: Broker, msg_id: MsgIdArgument) -> None:
     """Show a message, its stage (HALF, COMMITTED, STORED, ...) and its copies in every topic."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        message = client.get_message(msg_id)
-    show(message, as_json, render_message)
+    broker.ask(lambda client: client.get_message(msg_id), render_message)
 
 
 @app.command()
+@broker_options()
 def find(
+    broker: Broker,
     topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
     key: Annotated[str | None, typer.Option(help="Only messages with this key.")] = None,
     begin: Annotated[
@@ -59,35 +42,23 @@ def find(
         str | None, typer.Option(help="Stored before: RFC 3339 or epoch milliseconds.")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 32,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Find messages by key and/or topic in a time range (RocketMQ's query by key)."""
     since, until = time_option(begin, "--begin"), time_option(end, "--end")
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         found = client.find_messages(topic, key, since, until, limit)
-    show({"messages": found}, as_json, lambda answer: render_messages(answer["messages"]))
+    broker.show({"messages": found}, lambda answer: render_messages(answer["messages"]))
 
 
 @app.command()
-def trace(
-    msg_id: Annotated[
-        str, typer.Argument(metavar="MSG_ID", help="The message's msg_id.", show_default=False)
-    ],
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def trace(broker: Broker, msg_id: MsgIdArgument) -> None:
     """Show a message's trace, oldest first: stored, checked, decided, delivered, acked, and
     what its producer and consumers reported."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.call(json_call("GET", f"/v1/messages/{segment(msg_id)}/trace"))
-    show(answer, as_json, render_trace)
+    broker.ask(
+        lambda client: client.call(json_call("GET", f"/v1/messages/{segment(msg_id)}/trace")),
+        render_trace,
+    )
 
 
 def render_trace(answer: Json) -> RenderableType:

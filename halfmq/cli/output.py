@@ -8,10 +8,13 @@ variables) every request is signed (:mod:`halfmq.cli.credentials`).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, NoReturn
 
@@ -36,10 +39,12 @@ from halfmq.cli.credentials import AccessKeyOption, SecretKeyOption, credentials
 __all__ = [
     "DEFAULT_BROKER",
     "AccessKeyOption",
+    "Broker",
     "BrokerOption",
     "JsonOption",
     "SecretKeyOption",
     "TimeoutOption",
+    "broker_options",
     "cell",
     "connect",
     "credentials",
@@ -138,6 +143,78 @@ def connect(
     except HalfMQError as exc:
         _print_error(exc, as_json)
         raise typer.Exit(1) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """The broker a command talks to and how: what the options each such command takes
+    (:func:`broker_options`) say."""
+
+    url: str
+    as_json: bool
+    timeout: float
+    access_key: str | None
+    secret_key: str | None = field(repr=False)
+
+    def connect(self) -> AbstractContextManager[AdminClient]:
+        """A client for the command's requests (see :func:`connect`); a key given without the
+        other is a usage error, raised here."""
+        keys = credentials(self.access_key, self.secret_key)
+        return connect(self.url, self.timeout, self.as_json, keys)
+
+    def show(self, answer: Any, render: Callable[[Any], RenderableType]) -> None:
+        """The answer as JSON (``--json``) or as ``render`` makes it (see :func:`show`)."""
+        show(answer, self.as_json, render)
+
+    def ask(
+        self, request: Callable[[AdminClient], Any], render: Callable[[Any], RenderableType]
+    ) -> None:
+        """What most commands do: one request on a client of its own, then its answer shown."""
+        with self.connect() as client:
+            answer = request(client)
+        self.show(answer, render)
+
+
+def broker_options(
+    *, timeout: float = 10.0, json_option: bool = True
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A command that talks to a broker, with the options each such command takes after its own:
+    ``--broker``, ``--json`` (unless ``json_option`` is false), ``--timeout`` (default
+    ``timeout``), ``--access-key`` and ``--secret-key``.  The command's first parameter,
+    ``broker: Broker``, gets them as one :class:`Broker`."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True)
+        shared = [
+            ("broker", BrokerOption, DEFAULT_BROKER),
+            *([("as_json", JsonOption, False)] if json_option else []),
+            ("timeout", TimeoutOption, timeout),
+            ("access_key", AccessKeyOption, None),
+            ("secret_key", SecretKeyOption, None),
+        ]
+        parameters = [p for p in own.parameters.values() if p.name != "broker"]
+        parameters += [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value, annotation=kind)
+            for name, kind, value in shared
+        ]
+
+        @functools.wraps(command)
+        def run(
+            *args: Any,
+            broker: str,
+            timeout: float,
+            access_key: str | None,
+            secret_key: str | None,
+            as_json: bool = False,
+            **kwargs: Any,
+        ) -> None:
+            command(Broker(broker, as_json, timeout, access_key, secret_key), *args, **kwargs)
+
+        # The signature Typer reads: its annotations are objects, not the postponed strings.
+        run.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return run
+
+    return decorate
 
 
 def envelope(error: HalfMQError) -> Json:

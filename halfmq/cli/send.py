@@ -10,22 +10,12 @@ import typer
 from rich.console import RenderableType
 
 from halfmq.cli.client import Json
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    fields_panel,
-    show,
-    time_option,
-)
+from halfmq.cli.output import Broker, broker_options, fields_panel, time_option
 
 
+@broker_options()
 def send(
+    broker: Broker,
     topic: Annotated[
         str, typer.Argument(metavar="TOPIC", help="The topic to send to.", show_default=False)
     ],
@@ -65,11 +55,6 @@ def send(
             exists=True, dir_okay=False, readable=True, help="Send this file's bytes, as base64."
         ),
     ] = None,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Send one message to TOPIC; prints where it was stored."""
     message = _body(body, base64_file)
@@ -85,9 +70,7 @@ def send(
             msg_id=msg_id,
         )
     )
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        result = client.send(topic, message)
-    show(result, as_json, render_result)
+    broker.ask(lambda client: client.send(topic, message), render_result)
 
 
 def _body(body: str | None, base64_file: Path | None) -> Json:

@@ -3,6 +3,7 @@ docs/store.md), over REST (admin routes ``/v1/store/...``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 import typer
@@ -10,19 +11,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from halfmq.cli.client import Json, json_call
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    fields_panel,
-    show,
-    table,
-)
+from halfmq.cli.output import Broker, broker_options, fields_panel, table
 
 app = typer.Typer(
     help="Show what the store holds; purge what retention lets go.", no_args_is_help=True
@@ -30,38 +19,29 @@ app = typer.Typer(
 
 
 @app.command()
-def stats(
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 30.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options(timeout=30.0)
+def stats(broker: Broker) -> None:
     """Size and free space, rows per table, the oldest message, the export watermark, messages
     retention expired per consumer group, and the retention settings."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.call(json_call("GET", "/v1/store/stats"))
-    show(answer, as_json, render_stats)
+    broker.ask(lambda client: client.call(json_call("GET", "/v1/store/stats")), render_stats)
 
 
 @app.command()
+@broker_options(timeout=600.0)
 def purge(
+    broker: Broker,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run/--no-dry-run", help="Only report what would go; delete nothing."),
     ] = False,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 600.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Run one purge round now, as the broker does every purge_interval_seconds: messages,
     resolved transactions, finished deliveries and trace events older than the retention go,
     unless a consumer group has not passed them or the export has not read them."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        answer = client.call(json_call("POST", "/v1/store/purge", {"dry_run": dry_run}))
-    show(answer, as_json, render_purge)
+    broker.ask(
+        lambda client: client.call(json_call("POST", "/v1/store/purge", {"dry_run": dry_run})),
+        render_purge,
+    )
 
 
 # -- rendering -----------------------------------------------------------------------------------
@@ -97,6 +77,11 @@ def hours(value: Any) -> str:
     return "none" if value is None else f"{value:g} h"
 
 
+def _counts(title: str, columns: list[str], counts: Iterable[tuple[str, int]]) -> RenderableType:
+    """Named counts as a table (``1,234``)."""
+    return table(title, columns, [[name, f"{n:,}"] for name, n in counts], count=False)
+
+
 def render_stats(answer: Json) -> RenderableType:
     retention = answer["retention"]
     oldest = answer["oldest_message_at"]
@@ -114,23 +99,12 @@ def render_stats(answer: Json) -> RenderableType:
         ("hard limit", hours(retention["hard_limit_hours"])),
         ("wait for export", retention["wait_for_export"]),
     ]
-    rows = table(
-        "rows",
-        ["table", "rows"],
-        [[name, f"{n:,}"] for name, n in answer["rows"].items()],
-        count=False,
-    )
+    rows = _counts("rows", ["table", "rows"], answer["rows"].items())
     parts: list[RenderableType] = [fields_panel("store", fields), rows]
     expired = answer["expired"]
     if expired:
-        parts.append(
-            table(
-                "expired before consumed",
-                ["consumer group", "messages"],
-                [[group, f"{n:,}"] for group, n in sorted(expired.items())],
-                count=False,
-            )
-        )
+        columns = ["consumer group", "messages"]
+        parts.append(_counts("expired before consumed", columns, sorted(expired.items())))
     return Group(*parts)
 
 
@@ -147,37 +121,25 @@ def render_purge(answer: Json) -> RenderableType:
     ]
     parts: list[RenderableType] = [
         fields_panel(title, fields),
-        table(
-            "rows that would go" if dry else "rows deleted",
-            ["table", "rows"],
-            [[name, f"{n:,}"] for name, n in purged.items()],
-            count=False,
-        ),
+        _counts("rows that would go" if dry else "rows deleted", ["table", "rows"], purged.items()),
     ]
-    if answer["expired"]:
-        parts.append(
-            table(
-                "expired before consumed (past the hard limit)",
-                ["consumer group", "member", "topic", "queue", "messages"],
-                [
-                    [e["group"], e["client_id"] or None, e["topic"], e["queue_id"], e["count"]]
-                    for e in answer["expired"]
-                ],
-                count=False,
-            )
-        )
-    if answer["held"]:
-        parts.append(
-            table(
-                "kept: old messages a consumer group has not passed",
-                ["topic", "queue", "consumer group", "member", "at offset"],
-                [
-                    [h["topic"], h["queue_id"], h["group"], h["client_id"] or None, h["offset"]]
-                    for h in answer["held"]
-                ],
-                count=False,
-            )
-        )
+    expired = [
+        [e["group"], e["client_id"] or None, e["topic"], e["queue_id"], e["count"]]
+        for e in answer["expired"]
+    ]
+    held = [
+        [h["topic"], h["queue_id"], h["group"], h["client_id"] or None, h["offset"]]
+        for h in answer["held"]
+    ]
+    listed = [  # a table each, when it has rows
+        ("expired before consumed (past the hard limit)",
+         ["consumer group", "member", "topic", "queue", "messages"], expired),
+        ("kept: old messages a consumer group has not passed",
+         ["topic", "queue", "consumer group", "member", "at offset"], held),
+    ]  # fmt: skip
+    parts += [
+        table(heading, columns, rows, count=False) for heading, columns, rows in listed if rows
+    ]
     if not answer["complete"]:
         parts.append(Text("the round stopped at its row limit: run it again", style="yellow"))
     if answer["export_held"]:

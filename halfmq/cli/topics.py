@@ -9,19 +9,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from halfmq.cli.client import Json
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    fields_panel,
-    show,
-    table,
-)
+from halfmq.cli.output import Broker, broker_options, fields_panel, table
 
 app = typer.Typer(help="Create, list, show and delete topics.", no_args_is_help=True)
 
@@ -31,7 +19,9 @@ NameArgument = Annotated[
 
 
 @app.command()
+@broker_options()
 def create(
+    broker: Broker,
     name: NameArgument,
     queues: Annotated[
         int | None,
@@ -40,61 +30,37 @@ def create(
     order: Annotated[
         bool, typer.Option("--order", help="An ordered topic (sharding_key keeps order).")
     ] = False,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Create a topic; creating it again with the same config is fine, with another it is 409."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         topic, created = client.create_topic(name, queues, order)
     title = f"created topic {name}" if created else f"topic {name} exists (same config)"
-    show(topic, as_json, lambda t: render_topic(t, title))
+    broker.show(topic, lambda t: render_topic(t, title))
 
 
 @app.command("list")
-def list_(
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def list_(broker: Broker) -> None:
     """List the topics with their queues and message counts."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         topics = client.list_topics()
-    show({"topics": topics}, as_json, lambda answer: render_topics(answer["topics"]))
+    broker.show({"topics": topics}, lambda answer: render_topics(answer["topics"]))
 
 
 @app.command("show")
-def show_(
-    name: NameArgument,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def show_(broker: Broker, name: NameArgument) -> None:
     """Show one topic and each queue's min/max offset."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        topic = client.get_topic(name)
-    show(topic, as_json, lambda t: render_topic(t, f"topic {name}"))
+    broker.ask(lambda client: client.get_topic(name), lambda t: render_topic(t, f"topic {name}"))
 
 
 @app.command()
-def delete(
-    name: NameArgument,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def delete(broker: Broker, name: NameArgument) -> None:
     """Delete a topic (its offsets continue if it is created again)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         client.delete_topic(name)
-    show({"topic": name, "deleted": True}, as_json, lambda _: Text(f"deleted topic {name}"))
+    broker.show({"topic": name, "deleted": True}, lambda _: Text(f"deleted topic {name}"))
 
 
 def stored(topic: Json) -> int:

@@ -12,21 +12,13 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from halfmq.cli.client import Json, json_call, segment
-from halfmq.cli.output import (
-    DEFAULT_BROKER,
-    AccessKeyOption,
-    BrokerOption,
-    JsonOption,
-    SecretKeyOption,
-    TimeoutOption,
-    connect,
-    credentials,
-    fields_panel,
-    show,
-    table,
-)
+from halfmq.cli.output import Broker, broker_options, fields_panel, table
 
 app = typer.Typer(help="Inspect transactions (half messages).", no_args_is_help=True)
+
+TransactionIdArgument = Annotated[
+    str, typer.Argument(metavar="TRANSACTION_ID", help="The transaction's id.", show_default=False)
+]
 
 
 class TransactionState(StrEnum):
@@ -59,25 +51,16 @@ def seconds(value: str | None) -> float | None:
 
 
 @app.command("show")
-def show_(
-    transaction_id: Annotated[
-        str,
-        typer.Argument(metavar="TRANSACTION_ID", help="The transaction's id.", show_default=False),
-    ],
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def show_(broker: Broker, transaction_id: TransactionIdArgument) -> None:
     """Show one transaction: its state, checks and who resolved it."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        record = client.get_transaction(transaction_id)
-    show(record, as_json, render_transaction)
+    broker.ask(lambda client: client.get_transaction(transaction_id), render_transaction)
 
 
 @app.command("list")
+@broker_options()
 def list_(
+    broker: Broker,
     state: Annotated[
         TransactionState | None, typer.Option(case_sensitive=False, help="Only this state.")
     ] = None,
@@ -87,21 +70,15 @@ def list_(
         typer.Option(metavar="DURATION", help="Only those created before: 90, 90s, 5m, 2h, 1d."),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 100,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """List transactions, oldest first; e.g. the stuck ones: --state PREPARED --older-than 1m."""
     older_than_seconds = seconds(older_than)
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         records = client.list_transactions(
             state.value if state else None, producer_group, older_than_seconds, limit
         )
-    show(
+    broker.show(
         {"transactions": records},
-        as_json,
         lambda answer: render_transactions(answer["transactions"]),
     )
 
@@ -111,58 +88,34 @@ class Decision(StrEnum):
     ROLLBACK = "rollback"
 
 
-TransactionIdArgument = Annotated[
-    str, typer.Argument(metavar="TRANSACTION_ID", help="The transaction's id.", show_default=False)
-]
-
-
 @app.command("resolve")
+@broker_options()
 def resolve(
+    broker: Broker,
     transaction_id: TransactionIdArgument,
     decision: Annotated[Decision, typer.Argument(case_sensitive=False, help="commit or rollback")],
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
 ) -> None:
     """Commit or roll back a transaction as an operator (e.g. a DISCARDED one)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
+    with broker.connect() as client:
         answer = client.resolve_transaction(transaction_id, decision.value)
         record = client.get_transaction(transaction_id)
-    show(answer if as_json else record, as_json, render_transaction)
+    broker.show(answer if broker.as_json else record, render_transaction)
 
 
 @app.command("check")
-def check(
-    transaction_id: TransactionIdArgument,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def check(broker: Broker, transaction_id: TransactionIdArgument) -> None:
     """Check a transaction with its producer group again now (also a DISCARDED one)."""
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        record = client.check_transaction(transaction_id)
-    show(record, as_json, render_transaction)
+    broker.ask(lambda client: client.check_transaction(transaction_id), render_transaction)
 
 
 @app.command("checks")
-def checks(
-    transaction_id: TransactionIdArgument,
-    broker: BrokerOption = DEFAULT_BROKER,
-    as_json: JsonOption = False,
-    timeout: TimeoutOption = 10.0,
-    access_key: AccessKeyOption = None,
-    secret_key: SecretKeyOption = None,
-) -> None:
+@broker_options()
+def checks(broker: Broker, transaction_id: TransactionIdArgument) -> None:
     """Show a transaction's check audit: every check (instance, answer or failure, latency),
     and whether the next round checks it, or why not."""
     path = f"/v1/transactions/{segment(transaction_id)}/checks"
-    with connect(broker, timeout, as_json, credentials(access_key, secret_key)) as client:
-        audit = client.call(json_call("GET", path))
-    show(audit, as_json, render_check_audit)
+    broker.ask(lambda client: client.call(json_call("GET", path)), render_check_audit)
 
 
 def render_check_audit(audit: Json) -> RenderableType:
