@@ -34,7 +34,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 from sqlalchemy import Delete, Engine, Select, Table, delete, func, select, tuple_
 
@@ -261,19 +261,24 @@ class Purged:
     dry_run: bool
 
 
+class PurgeOptions(TypedDict, total=False):
+    """A purge's keyword arguments, every one optional: ``timings`` (the broker's, which set the
+    shortest retention; default ``None``: the defaults of :class:`BrokerTimings`), ``batch_size``
+    (default :data:`BATCH_SIZE`), ``pause_seconds`` (default :data:`PAUSE_SECONDS`) and
+    ``dry_run`` (default ``False``)."""
+
+    timings: BrokerTimings | None
+    batch_size: int
+    pause_seconds: float
+    dry_run: bool
+
+
 def purge(
-    engine: Engine,
-    table: TableName,
-    keep: timedelta | float,
-    *,
-    timings: BrokerTimings | None = None,
-    batch_size: int = BATCH_SIZE,
-    pause_seconds: float = PAUSE_SECONDS,
-    dry_run: bool = False,
+    engine: Engine, table: TableName, keep: timedelta | float, **options: Unpack[PurgeOptions]
 ) -> Purged:
     """Delete the rows of ``table`` (``"log"``: the local-transaction log, ``"inbox"``) whose
     ``created_at`` is older than ``keep`` (a ``timedelta`` or seconds), ``batch_size`` a
-    transaction, ``pause_seconds`` apart; ``dry_run`` only counts them.
+    transaction, ``pause_seconds`` apart; ``dry_run`` only counts them (:class:`PurgeOptions`).
 
     Raises :class:`RetentionTooShortError` (a ``ValueError`` and a ``ConfigurationError``) before
     touching the database when ``keep`` is shorter than :func:`minimum_retention` under
@@ -282,103 +287,70 @@ def purge(
     With an ``AsyncEngine`` use :func:`purge_async`, or run this in a thread on a sync engine of
     the same database (an async engine's ``sync_engine`` works only inside its greenlet bridge).
     """
-    plan = _Plan.make(table, keep, timings, batch_size, pause_seconds)
-    if dry_run:
+    plan = _Plan.make(table, keep, **options)
+    if plan.dry_run:
         with engine.connect() as conn:
-            return plan.result(conn.execute(plan.count()).scalar_one(), 0, dry_run=True)
+            return plan.result(conn.execute(plan.count()).scalar_one(), 0)
     statement, rows, batches = plan.delete(), 0, 0
     while True:
         with engine.begin() as conn:  # one short transaction a batch
             deleted = conn.execute(statement).rowcount
         rows, batches = rows + deleted, batches + 1
-        if deleted < batch_size:
+        if deleted < plan.batch_size:
             return plan.result(rows, batches)
-        time.sleep(pause_seconds)
+        time.sleep(plan.pause_seconds)
 
 
 async def purge_async(
-    engine: AsyncEngine,
-    table: TableName,
-    keep: timedelta | float,
-    *,
-    timings: BrokerTimings | None = None,
-    batch_size: int = BATCH_SIZE,
-    pause_seconds: float = PAUSE_SECONDS,
-    dry_run: bool = False,
+    engine: AsyncEngine, table: TableName, keep: timedelta | float, **options: Unpack[PurgeOptions]
 ) -> Purged:
     """:func:`purge` on an ``AsyncEngine`` (``sqlite+aiosqlite``, ``postgresql+psycopg``...)."""
-    plan = _Plan.make(table, keep, timings, batch_size, pause_seconds)
-    if dry_run:
+    plan = _Plan.make(table, keep, **options)
+    if plan.dry_run:
         async with engine.connect() as conn:
-            return plan.result((await conn.execute(plan.count())).scalar_one(), 0, dry_run=True)
+            return plan.result((await conn.execute(plan.count())).scalar_one(), 0)
     statement, rows, batches = plan.delete(), 0, 0
     while True:
         async with engine.begin() as conn:
             deleted = (await conn.execute(statement)).rowcount
         rows, batches = rows + deleted, batches + 1
-        if deleted < batch_size:
+        if deleted < plan.batch_size:
             return plan.result(rows, batches)
-        await asyncio.sleep(pause_seconds)
+        await asyncio.sleep(plan.pause_seconds)
 
 
 def purge_transaction_log(
-    engine: Engine,
-    keep: timedelta | float,
-    *,
-    timings: BrokerTimings | None = None,
-    batch_size: int = BATCH_SIZE,
-    pause_seconds: float = PAUSE_SECONDS,
-    dry_run: bool = False,
+    engine: Engine, keep: timedelta | float, **options: Unpack[PurgeOptions]
 ) -> Purged:
     """:func:`purge` of ``halfmq_local_transaction_log``."""
-    return purge(
-        engine,
-        "log",
-        keep,
-        timings=timings,
-        batch_size=batch_size,
-        pause_seconds=pause_seconds,
-        dry_run=dry_run,
-    )
+    return purge(engine, "log", keep, **options)
 
 
-def purge_inbox(
-    engine: Engine,
-    keep: timedelta | float,
-    *,
-    timings: BrokerTimings | None = None,
-    batch_size: int = BATCH_SIZE,
-    pause_seconds: float = PAUSE_SECONDS,
-    dry_run: bool = False,
-) -> Purged:
+def purge_inbox(engine: Engine, keep: timedelta | float, **options: Unpack[PurgeOptions]) -> Purged:
     """:func:`purge` of ``halfmq_inbox``."""
-    return purge(
-        engine,
-        "inbox",
-        keep,
-        timings=timings,
-        batch_size=batch_size,
-        pause_seconds=pause_seconds,
-        dry_run=dry_run,
-    )
+    return purge(engine, "inbox", keep, **options)
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """One purge's statements: the table, the cutoff (fixed when the purge starts) and the batch."""
+    """One purge: the table, the cutoff (fixed when the purge starts), its statements, and the
+    options it goes by (the defaults of :class:`PurgeOptions` are these)."""
 
     table: Table
     cutoff_ms: int
     batch_size: int
+    pause_seconds: float
+    dry_run: bool
 
     @classmethod
     def make(
         cls,
         name: TableName,
         keep: timedelta | float,
-        timings: BrokerTimings | None,
-        batch_size: int,
-        pause_seconds: float,
+        timings: BrokerTimings | None = None,
+        batch_size: int = BATCH_SIZE,
+        pause_seconds: float = PAUSE_SECONDS,
+        dry_run: bool = False,
     ) -> _Plan:
         table = _table(name)
         if batch_size < 1:
@@ -386,7 +358,8 @@ class _Plan:
         if pause_seconds < 0:
             raise ValueError("pause_seconds must be 0 or more")
         check_retention(name, keep, timings)
-        return cls(table, int((time.time() - _seconds(keep)) * 1000), batch_size)
+        cutoff_ms = int((time.time() - _seconds(keep)) * 1000)
+        return cls(table, cutoff_ms, batch_size, pause_seconds, dry_run)
 
     def count(self) -> Select[int]:
         old = self.table.c.created_at < self.cutoff_ms
@@ -405,8 +378,8 @@ class _Plan:
         target = key[0] if len(key) == 1 else tuple_(*key)
         return delete(self.table).where(target.in_(oldest))
 
-    def result(self, rows: int, batches: int, *, dry_run: bool = False) -> Purged:
-        return Purged(self.table.name, int(rows), batches, self.cutoff_ms, dry_run)
+    def result(self, rows: int, batches: int) -> Purged:
+        return Purged(self.table.name, int(rows), batches, self.cutoff_ms, self.dry_run)
 
 
 def _table(name: str) -> Table:
