@@ -13,13 +13,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from broker_service.app import build_app
+from broker_service.memstore import MemoryStore
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
 from broker_service.store.sql_store import SqlStore
@@ -27,6 +29,32 @@ from framework.signing import Credentials, HalfmqAuth
 from halfmq.broker_process import BrokerProcess as BrokerProcess  # re-exported for the tests
 
 PG_BASE_URL = os.environ.get("HALFMQ_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+# The ``database_url`` that starts a ``BrokerApp`` on the in-memory store: a URL the settings
+# take, which no store opens.
+MEMORY_URL = "sqlite:///file:halfmq-memory-store?mode=memory&cache=shared&uri=true"
+
+
+class MemoryBrokerStore(MemoryStore):
+    """The in-memory store (broker_service/memstore) as ``broker_service.app`` composes a broker
+    on it: beside the ports, the app opens its store, names its dialect, asks whether its schema
+    is current, for a claims runner and for the writer whose commits the metrics time."""
+
+    dialect = "memory"
+    schema_current = True
+    schema_reason = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writer = SimpleNamespace(on_commit=None)  # no group commit: nothing to time
+
+    def open(self) -> None:
+        """Nothing to open: the store is ready when made."""
+
+    def claims_runner(self) -> None:
+        """Units run one at a time: the consumer units go through ``write``."""
+        return None
 
 
 def free_port() -> int:
@@ -52,7 +80,8 @@ class BrokerApp:
     @asynccontextmanager
     async def start(cls, **settings: Any) -> AsyncIterator[BrokerApp]:
         config = BrokerSettings(**settings)
-        app = build_app(config)
+        memory = MemoryBrokerStore() if settings.get("database_url") == MEMORY_URL else None
+        app = build_app(config, store=cast(Any, memory))
         async with LifespanManager(app) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://broker") as client:

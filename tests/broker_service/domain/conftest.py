@@ -1,11 +1,22 @@
-"""The domain's services without HTTP, on a clock the test moves by hand, on each store: the real
-SQL store (a temporary SQLite file; PostgreSQL too where a test file asks for ``any_store``) and
-the in-memory store (:mod:`broker_service.memstore`), which passes the same tests."""
+"""The domain's tests on each store: the real SQL store (a temporary SQLite file, and PostgreSQL
+where a test asks for ``any_store`` or runs a broker) and the in-memory store
+(:mod:`broker_service.memstore`), which passes the same tests.
+
+* ``store`` (SQLite, memory) and ``any_store`` (SQLite, PostgreSQL, memory): the domain's services
+  without HTTP (``domain``), on a clock the test moves by hand.
+* ``store_url`` and ``migrated_url`` (SQLite, PostgreSQL, memory): what the brokers of these tests
+  start on (``broker``, ``BrokerApp.start``); on memory, ``tests.support.MEMORY_URL`` starts the
+  in-process broker on the in-memory store.  A test that can only run on a SQL store (it reads
+  the store's tables, or starts a broker process) says so, with why, by
+  ``@pytest.mark.parametrize("store_url", SQL_STORES, indirect=True)``.
+"""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -18,11 +29,13 @@ from broker_service.domain.ports import Store
 from broker_service.domain.transactions.checkback import CheckBack
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.memstore import MemoryStore
-from tests.support import open_store
+from broker_service.store import migrate
+from tests.support import MEMORY_URL, open_store
 
 # The stores the ``store`` and ``any_store`` fixtures give, by the name a test's id carries.
 STORES = ("sqlite", "memory")
 EVERY_STORE = ("sqlite", "postgresql", "memory")
+SQL_STORES = ("sqlite", "postgresql")
 
 
 @dataclass
@@ -66,6 +79,28 @@ async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     """Every store: for the tests of what the SQL stores' dialects might do apart."""
     async for opened in _opened(request.param, request):
         yield opened
+
+
+@pytest.fixture(params=EVERY_STORE)
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Every store a broker of these tests runs on (the root conftest's, and memory)."""
+    if request.param == "memory":
+        return MEMORY_URL
+    url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    return url
+
+
+@pytest.fixture
+def migrated_url(store_url: str, request: pytest.FixtureRequest) -> str:
+    """The root conftest's ``migrated_url``, and the memory store's URL as it is."""
+    if store_url == MEMORY_URL:
+        return store_url
+    if store_url.startswith("sqlite:///"):
+        template: Path = request.getfixturevalue("_migrated_sqlite")
+        shutil.copyfile(template, store_url.removeprefix("sqlite:///"))
+        return store_url
+    migrate.upgrade(store_url)
+    return store_url
 
 
 @pytest.fixture

@@ -14,12 +14,19 @@ import httpx
 import pytest
 
 from broker_service.settings import BrokerSettings
-from tests.support import BrokerApp, BrokerProcess, free_port
+from tests.broker_service.domain.conftest import SQL_STORES
+from tests.support import MEMORY_URL, BrokerApp, BrokerProcess, free_port
 
 
 @pytest.fixture
-async def broker(broker_process: BrokerProcess) -> AsyncIterator[BrokerApp]:
-    """The same helper as the in-process broker, talking real HTTP to a broker process."""
+async def broker(migrated_url: str, request: pytest.FixtureRequest) -> AsyncIterator[BrokerApp]:
+    """The same helper as the in-process broker, talking real HTTP to a broker process; on the
+    in-memory store, which lives in one process, the in-process broker itself."""
+    if migrated_url == MEMORY_URL:
+        async with BrokerApp.start(database_url=MEMORY_URL) as running:
+            yield running
+        return
+    broker_process: BrokerProcess = request.getfixturevalue("broker_process")
     async with httpx.AsyncClient(base_url=broker_process.url, timeout=30) as client:
         yield BrokerApp(client, BrokerSettings(database_url=broker_process.database_url))
 
@@ -318,6 +325,8 @@ async def test_auto_created_group_and_errors(broker: BrokerApp) -> None:
         assert bad.status_code == 422, bad.text
 
 
+# SQL stores only: it starts a broker process, whose store is SQL.
+@pytest.mark.parametrize("store_url", SQL_STORES, indirect=True)
 async def test_groups_are_not_created_when_auto_create_is_off(
     migrated_url: str, tmp_path: Path
 ) -> None:

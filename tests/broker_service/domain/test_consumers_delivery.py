@@ -15,9 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.broker_service.domain.conftest import SQL_STORES
 from tests.support import BrokerProcess, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # SQL stores only: its brokers are processes (``halfmq broker serve``), whose store is SQL.
+    pytest.mark.parametrize("store_url", SQL_STORES, indirect=True),
+]
 
 # Level 3 (the first retry) is 300 ms, level 4 400 ms, ...
 LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from broker_service.store.schema import messages
+from tests.broker_service.domain.conftest import SQL_STORES
 from tests.store_check import assert_offsets_dense, rows
 from tests.support import BrokerApp
 
@@ -14,6 +17,8 @@ async def _max_offset(broker: BrokerApp, topic: str) -> int:
     return int(shown["queue_offsets"][0]["max_offset"])
 
 
+# SQL stores only (here and below): it reads the messages table itself.
+@pytest.mark.parametrize("store_url", SQL_STORES, indirect=True)
 async def test_delayed_messages_are_released_at_their_time(migrated_url: str) -> None:
     async with BrokerApp.start(
         database_url=migrated_url, message_delay_level="400ms 800ms"
@@ -45,6 +50,7 @@ async def test_delayed_messages_are_released_at_their_time(migrated_url: str) ->
         assert_offsets_dense(migrated_url)
 
 
+@pytest.mark.parametrize("store_url", SQL_STORES, indirect=True)
 async def test_delayed_transactional_message_is_released_after_commit(migrated_url: str) -> None:
     async with BrokerApp.start(database_url=migrated_url, message_delay_level="300ms") as broker:
         await broker.topic("t", queues=1)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from broker_service.api.schemas.messages import BatchIn, plain_batch
 from broker_service.domain.messages.model import MessageDraft, PlainBatch
 from broker_service.domain.messages.queues import queue_for_sharding_key
+from tests.broker_service.domain.conftest import SQL_STORES
 from tests.support import BrokerApp
 
 
@@ -318,6 +319,8 @@ async def test_plain_batches_committed_with_other_sends_keep_offsets_dense(
     )
 
 
+# SQL stores only: it counts the group commits of the SQL store's writer (the memory store has none).
+@pytest.mark.parametrize("store_url", SQL_STORES, indirect=True)
 async def test_a_failing_plain_batch_leaves_its_group_commit_whole(migrated_url: str) -> None:
     """Plain batches to a topic that does not exist fail (404) in the same group commits as good
     ones: the good ones are stored whole, their offsets dense; nothing of the others is."""
