@@ -45,14 +45,15 @@ class MemoryStore:
 
     async def write(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
         """Run ``unit`` and keep what it did, or, when it raises, nothing of it.  ``nonce``: a
-        signed request's, remembered with the unit's changes before it runs; one seen before
-        raises ``Unauthenticated`` (``NONCE_REPLAYED``) and the unit does not run."""
+        signed request's, remembered before the unit runs, and kept whatever the unit does (as
+        the SQL store's group commit keeps it when a unit is refused); one seen before raises
+        ``Unauthenticated`` (``NONCE_REPLAYED``) and the unit does not run."""
         async with self._lock:
             self._guard()
+            if nonce is not None:
+                self._remember(nonce)
             tx = MemoryTx(self.state)
             try:
-                if nonce is not None and not tx.remember_nonces([nonce])[0]:
-                    raise replayed(nonce)
                 result = unit(tx)
             except BaseException:
                 tx.rollback()
@@ -61,6 +62,12 @@ class MemoryStore:
             self.batches += 1
             self.units += 1
             return result
+
+    def _remember(self, nonce: NonceKey) -> None:
+        tx = MemoryTx(self.state)
+        if not tx.remember_nonces([nonce])[0]:
+            raise replayed(nonce)
+        tx.commit()
 
     async def read(self, unit: Callable[[StoreTx], T]) -> T:
         async with self._lock:

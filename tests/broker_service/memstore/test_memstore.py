@@ -64,7 +64,16 @@ async def test_a_nonce_is_taken_once() -> None:
     assert ran == [], "a replayed request's unit does not run"
     with pytest.raises(Unauthenticated):
         await store.run(lambda tx: None, nonce=nonce)
-    assert await store.read(lambda tx: tx.purge_nonces(nonce[2] + 1)) == 1
+
+    def refused(tx: StoreTx) -> None:
+        raise Conflict("refused", code="TEST")
+
+    other = ("bob-key", "n-2", 1_700_000_000_000)
+    with pytest.raises(Conflict):
+        await store.write(refused, nonce=other)
+    with pytest.raises(Unauthenticated):  # a refused request's nonce is taken all the same
+        await store.write(lambda tx: None, nonce=other)
+    assert await store.read(lambda tx: tx.purge_nonces(nonce[2] + 1)) == 2
 
 
 async def test_a_closed_store_refuses_and_says_it_is_not_ready() -> None:
