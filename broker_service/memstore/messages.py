@@ -3,6 +3,7 @@ dense per queue), reading, and the delayed messages parked in ``SCHEDULE_TOPIC_X
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 
 from broker_service.domain.messages.model import (
@@ -55,14 +56,16 @@ class MessagePart(Part):
 
     # -- appending ------------------------------------------------------------------------------
 
-    def append(self, message: PendingMessage) -> None:
-        row = self.queue_row(message.topic, message.queue_id)
-        message.queue_offset = row.next_offset
+    def take_offsets(self, topic: str, queue_id: int, count: int) -> int:
+        """The first of ``count`` offsets taken in the queue (made if it has no row yet)."""
+        row = self.queue_row(topic, queue_id)
         self.put(
-            self.s.queues,
-            (message.topic, message.queue_id),
-            row._replace(next_offset=row.next_offset + 1),
+            self.s.queues, (topic, queue_id), row._replace(next_offset=row.next_offset + count)
         )
+        return row.next_offset
+
+    def append(self, message: PendingMessage) -> None:
+        message.queue_offset = self.take_offsets(message.topic, message.queue_id, 1)
         self.store_message(_stored(self.s.next_id("messages"), message))
 
     def append_all(self, messages: Sequence[PendingMessage]) -> None:
@@ -70,42 +73,19 @@ class MessagePart(Part):
             self.append(message)
 
     def append_batch(self, batch: PlainBatch) -> None:
-        row = self.queue_row(batch.topic, batch.queue_id)
-        batch.first_offset = row.next_offset
-        count = len(batch.msg_ids)
-        self.put(
-            self.s.queues,
-            (batch.topic, batch.queue_id),
-            row._replace(next_offset=row.next_offset + count),
-        )
-        for i, (msg_id, body, encoding) in enumerate(
-            zip(batch.msg_ids, batch.bodies, batch.encodings, strict=True)
+        batch.first_offset = self.take_offsets(batch.topic, batch.queue_id, len(batch.msg_ids))
+        for offset, msg_id, body, encoding in zip(
+            itertools.count(batch.first_offset),
+            batch.msg_ids,
+            batch.bodies,
+            batch.encodings,
+            strict=False,  # the offsets run on; the three columns are as long as each other
         ):
-            self.store_message(
-                StoredMessage(
-                    self.s.next_id("messages"),
-                    batch.topic,
-                    batch.queue_id,
-                    batch.first_offset + i,
-                    msg_id,
-                    body,
-                    encoding,
-                    None,
-                    (),
-                    {},
-                    None,
-                    None,
-                    None,
-                    batch.born_at,
-                    batch.stored_at,
-                    None,
-                    None,
-                    0,
-                    None,
-                    None,
-                    None,
-                )
+            message = PendingMessage(
+                batch.topic, batch.queue_id, msg_id, body, encoding, batch.born_at, batch.stored_at
             )
+            message.queue_offset = offset
+            self.store_message(_stored(self.s.next_id("messages"), message))
 
     def store_message(self, m: StoredMessage) -> None:
         """Insert the row and its index entries (the unique ones refuse a second row)."""
