@@ -6,6 +6,7 @@ for real, counts and deletes the same rows on both."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -23,7 +24,12 @@ from broker_service.domain.ports import MessageQuery, Store, StoreTx
 from broker_service.domain.retention.model import PurgeReport
 from broker_service.domain.retention.service import RetentionService
 from broker_service.domain.transactions.checkback import CheckBack
-from broker_service.domain.transactions.model import Decision, ResolvedBy
+from broker_service.domain.transactions.model import (
+    CheckFailure,
+    CheckOutcome,
+    Decision,
+    ResolvedBy,
+)
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.memstore import MemoryStore
 from tests.support import open_store
@@ -139,8 +145,84 @@ async def _work(store: Store) -> list[object]:
     return answers
 
 
+async def _more_work(store: Store) -> list[object]:
+    """An orderly group's retries in place, dead letters and their resend, leases renewed,
+    offsets reset, push and pull checks (answered, failed, discarded, forced), a topic deleted and
+    created again."""
+    clock = Clock()
+    sender = Sender(DomainConfig(), clock=clock)
+    messages = MessageService(store, sender)
+    policy = CheckPolicy(check_max=2, broker_id="b", trace=True)
+    transactions = TransactionService(store, sender, CheckBack(policy, clock))
+    consumers = ConsumerService(
+        store, ConsumerConfig(max_reconsume_times=1, trace=True), Arrivals(), clock=clock
+    )
+    answers: list[object] = []
+
+    await messages.create_topic("orders", 2, True)
+    await consumers.create_group(ConsumerGroup("shop", orderly=True))
+    await consumers.subscribe("shop", "orders", "*")
+    for i in range(6):
+        clock.now += 1_000
+        await messages.send("orders", [MessageDraft(f"o{i}".encode(), sharding_key=f"s{i % 2}")])
+    got = await consumers.receive("shop", "c1", None, 10, 30, 0, max_per_queue=2)
+    answers.append(got)
+    answers.append(await consumers.nack("shop", got[0].receipt_handle, None))
+    answers.append(await consumers.change_invisible("shop", got[1].receipt_handle, 90))
+    answers.append(await consumers.ack("shop", [d.receipt_handle for d in got[2:]]))
+    for _ in range(3):
+        clock.now += 40_000
+        again = await consumers.receive("shop", "c1", None, 10, 30, 0, max_per_queue=2)
+        answers.append(again)
+        for d in again[:1]:
+            answers.append(await consumers.nack("shop", d.receipt_handle, None))
+    answers.append(await consumers.dead_messages("shop", 10))
+    dead = await consumers.dead_messages("shop", 10)
+    if dead:
+        answers.append(await consumers.resend("shop", dead[0].message.msg_id))
+    answers.append(await consumers.reset_offset("shop", "orders", clock.now - 3_000))
+    answers.append(await consumers.view("shop"))
+
+    push = "http://127.0.0.1:9/check"
+    await transactions.heartbeat("bank", "push-1", push, ["orders"], source="127.0.0.1")
+    halves = [
+        await transactions.prepare("orders", MessageDraft(f"t{i}".encode()), "bank", None)
+        for i in range(3)
+    ]
+    for _ in range(4):
+        clock.now += 40_000
+        report = await transactions.claim_round(10)
+        answers.append(report)
+        for check in report.pushes:
+            failed = CheckOutcome("push", failure=CheckFailure.REFUSED, error="refused")
+            if check.request.transaction_id == halves[0].transaction_id:
+                answered = CheckOutcome("push", answer="UNKNOWN", latency_ms=3)
+                answers.append(await transactions.check_received(check, answered))
+            else:
+                answers.append(await transactions.check_undelivered(check, failed))
+    await transactions.heartbeat("bank", "pull-1", None, ["orders"])
+    answers.append(await transactions.check_now(halves[2].transaction_id, "ops"))
+    clock.now += 40_000
+    answers.append(await transactions.claim_round(10))
+    answers.append(await transactions.pull_checks("bank", "pull-1", 10))
+    answers.append(await transactions.undelivered_halves(0))
+    answers.append(await transactions.pending_by_age([0, 60_000, 10 * 60_000]))
+    for half in halves:
+        answers.append(await transactions.checks(half.transaction_id))
+
+    await messages.delete_topic("orders")
+    await messages.create_topic("orders", 3, False)
+    answers.append(await messages.send("orders", [MessageDraft(b"again")]))
+    answers.append(await messages.list_topics())
+    answers.append(await store.read(_snapshot))
+    return answers
+
+
+@pytest.mark.parametrize("work", [_work, _more_work], ids=["day", "more"])
 async def test_the_memory_store_holds_what_sqlite_holds(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    work: Callable[[Store], Awaitable[list[object]]],
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def same_ids() -> None:
         monkeypatch.setattr(ids, "_prefix", "0" * 24)
@@ -148,9 +230,9 @@ async def test_the_memory_store_holds_what_sqlite_holds(
 
     same_ids()
     async with open_store(sqlite_url) as sql:
-        on_sqlite = await _work(sql)
+        on_sqlite = await work(sql)
     same_ids()
-    on_memory = await _work(MemoryStore())
+    on_memory = await work(MemoryStore())
     assert len(on_memory) == len(on_sqlite)
     for step, (memory, sqlite) in enumerate(zip(on_memory, on_sqlite, strict=True)):
         assert memory == sqlite, f"step {step}"
