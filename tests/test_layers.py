@@ -52,7 +52,7 @@ ROOMS: dict[str, set[str]] = {
     "settings": {"domain"},
     "logs": {"domain"},
     "metrics": set(),
-    "store": {"domain", "acl", "settings"},
+    "store": {"domain", "settings"},  # handed a nonce's key: it knows nothing of the ACL
     "memstore": {"domain"},
     "schedulers": {"domain", "acl", "settings", "logs", "metrics"},
     "api": {"domain", "acl", "settings", "logs", "metrics"},
@@ -65,6 +65,7 @@ ROOMS: dict[str, set[str]] = {
         "logs",
         "metrics",
         "store",
+        "memstore",
         "schedulers",
         "api",
         "console",
@@ -367,6 +368,19 @@ def test_every_room_of_the_broker_imports_only_the_rooms_its_row_allows() -> Non
     rules = {**ROOMS, "broker_service (the package)": set()}
     assert set(ROOMS) >= {room(m) for m in graph() if room(m)}, "a room missing from the table"
     assert offending(rules, key) == []
+
+
+def test_the_store_imports_nothing_of_the_acl_nor_of_the_api() -> None:
+    """A signed request's nonce is a value the store is handed with a write (``nonce=``, the key
+    to remember with the unit), not something it reads from the ACL or the request."""
+    wrong = [
+        f"{source} -> {target}"
+        for source, targets in sorted(graph().items())
+        if room(source) == "store"
+        for target in sorted(targets)
+        if room(target) in ("acl", "api")
+    ]
+    assert wrong == []
 
 
 def test_no_room_imports_a_library_its_row_forbids() -> None:

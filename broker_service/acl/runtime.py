@@ -13,8 +13,8 @@ and replay protection.
   store and enforces it -- so brokers sharing a database converge on the last version any of them
   published (from its file, or from ``halfmq acl``).
 * A nonce is remembered in the store until its request's timestamp leaves the window (in the
-  request's own write, see :mod:`.nonces`): a request replayed to any broker on the same database
-  is refused.  Expired nonces are purged as the file is watched.
+  request's own write, see :mod:`broker_service.domain.ports.nonces`): a request replayed to any
+  broker on the same database is refused.  Expired nonces are purged as the file is watched.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from pathlib import Path
 from broker_service.acl.errors import AclFileError
 from broker_service.acl.file import dump_acl, parse_acl
 from broker_service.acl.model import AclConfig
-from broker_service.acl.nonces import NonceKey
 from broker_service.domain.errors import DomainError
-from broker_service.domain.ports import Store
+from broker_service.domain.ports import NonceKey, RequestNonce, Store, nonces
 
 log = logging.getLogger("halfmq.acl")
 
@@ -138,22 +137,28 @@ class AclRuntime:
         self.config = config
         self._applied_id = published_id
 
-    async def _publish(self, config: AclConfig, content: str) -> None:
+    async def _publish(
+        self, config: AclConfig, content: str, nonce: RequestNonce | None = None
+    ) -> None:
         now = self.clock()
         published_id = await self.store.write(
-            lambda tx: tx.publish_acl(config.version, content, now, self.broker_id)
+            lambda tx: tx.publish_acl(config.version, content, now, self.broker_id),
+            nonce=nonces.take(nonce),
         )
         log.info("ACL version %s published by %s", config.version, self.broker_id)
         self._enforce(published_id, config)  # parsed already: not read back from the store
 
     # -- changes from `halfmq acl` --------------------------------------------------------------
 
-    async def update(self, change: Callable[[AclConfig], AclConfig]) -> AclConfig:
-        """Apply ``change`` to the enforced version, write the file and publish the result."""
+    async def update(
+        self, change: Callable[[AclConfig], AclConfig], *, nonce: RequestNonce | None = None
+    ) -> AclConfig:
+        """Apply ``change`` to the enforced version, write the file and publish the result (with
+        ``nonce``, the signed request's, as every write of a request)."""
         config = change(self.config)
         content = dump_acl(config)
         _write_atomically(self.path, content)
-        await self._publish(config, content)
+        await self._publish(config, content, nonce)
         # Only once published: a publish that failed (the store not ready) leaves the file
         # changed to the next reload, which publishes it then.
         self._file_digest = _digest(content)
@@ -164,7 +169,7 @@ class AclRuntime:
     async def remember_nonce(self, nonce: NonceKey) -> bool:
         """Remember a request's nonce on its own (a request that wrote nothing); True the first
         time it is seen on any broker of the database.  A writing request's nonce rides with its
-        own write instead (:mod:`broker_service.acl.nonces`)."""
+        own write instead (:mod:`broker_service.domain.ports.nonces`)."""
         return await self.store.write(lambda tx: tx.remember_nonces([nonce])[0])
 
     async def purge_nonces(self) -> None:

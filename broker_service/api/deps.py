@@ -8,6 +8,9 @@ that read the service and metrics from the request).  So the sending and resolvi
 the ``Request`` and call :func:`transactions_of`, :func:`messages_of` and :func:`metrics_of`; the
 others declare the aliases, which read better.
 
+A route that writes hands the service it calls the signed request's nonce, :func:`nonce_of`
+(:mod:`broker_service.domain.ports.nonces`): its first write remembers it.
+
 What they read is what :func:`broker_service.api.app.create_app` was handed (``app.state``).
 """
 
@@ -19,6 +22,7 @@ from fastapi import Depends, Request
 
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.messages.service import MessageService
+from broker_service.domain.ports import RequestNonce
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.metrics import BrokerMetrics
 from broker_service.settings import BrokerSettings
@@ -32,6 +36,12 @@ def transactions_of(request: Request) -> TransactionService:
 def messages_of(request: Request) -> MessageService:
     service: MessageService = request.app.state.messages
     return service
+
+
+def nonce_of(request: Request) -> RequestNonce | None:
+    """The signed request's nonce, as the ACL gate left it; None without the ACL."""
+    nonce: RequestNonce | None = request.scope.get("state", {}).get("nonce")
+    return nonce
 
 
 def metrics_of(request: Request) -> BrokerMetrics:

@@ -12,12 +12,13 @@ For each HTTP request, with the ACL on:
 4. the access key's rate (429 with ``Retry-After``);
 
 then the request goes on, its body replayed, with ``request.state.access_key`` set and its nonce
-bound (:mod:`broker_service.acl.nonces`): the request's first store write remembers the nonce in
-the same transaction, and is refused 401 ``NONCE_REPLAYED`` if any broker of the database saw it.
-A request that wrote nothing has its nonce remembered here just before its response starts, and
-a replayed one gets the 401 instead of that response -- or 503 ``STORE_UNAVAILABLE`` when the store
-cannot remember it (an outage): never a response whose nonce is not stored.  Without the ACL the gate passes everything
-(the embedded default stays zero-config).
+in ``request.state.nonce`` (a :class:`~broker_service.domain.ports.nonces.RequestNonce`): the
+route hands it to the service it calls, and the request's first store write remembers it in the
+same transaction, refused 401 ``NONCE_REPLAYED`` if any broker of the database saw it.  A request
+that wrote nothing has its nonce remembered here just before its response starts, and a replayed
+one gets the 401 instead of that response -- or 503 ``STORE_UNAVAILABLE`` when the store cannot
+remember it (an outage): never a response whose nonce is not stored.  Without the ACL the gate
+passes everything (the embedded default stays zero-config), and ``request.state`` has no nonce.
 
 On ``/console`` paths, and only there, the gate takes the console's signed session cookie instead
 of a signature (:class:`SessionCheck`, left in ``app.state.console_sessions`` by the console): no
@@ -39,7 +40,6 @@ from urllib.parse import quote
 from starlette.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker_service.acl import nonces
 from broker_service.acl.decide import authorize
 from broker_service.acl.errors import AclError
 from broker_service.acl.model import AclConfig, Need
@@ -55,6 +55,7 @@ from broker_service.api.permissions import (
     public,
 )
 from broker_service.domain.errors import DomainError
+from broker_service.domain.ports.nonces import NonceKey, RequestNonce, replayed_error
 
 log = logging.getLogger("halfmq.acl")
 
@@ -152,12 +153,10 @@ class AclGate:
         if over is not None:
             await over(scope, receive, send)
             return
-        scope.setdefault("state", {})["access_key"] = access_key
-        token = nonces.bind(nonce)
-        try:
-            await self.app(scope, _replay(body, receive), self._remembering(nonce, scope, send))
-        finally:
-            nonces.unbind(token)
+        state = scope.setdefault("state", {})
+        state["access_key"] = access_key
+        state["nonce"] = nonce  # handed down by the route; its first write takes it
+        await self.app(scope, _replay(body, receive), self._remembering(nonce, scope, send))
 
     async def _console(
         self, scope: Scope, receive: Receive, send: Send, rule: Any, params: dict[str, Any]
@@ -209,18 +208,18 @@ class AclGate:
         response.headers["Retry-After"] = str(math.ceil(wait))
         return response
 
-    def _remembering(self, nonce: nonces.RequestNonce, scope: Scope, send: Send) -> Send:
-        """``send``, which first remembers the nonce of a request that wrote nothing: a replayed
-        one is answered 401 instead of its response."""
+    def _remembering(self, nonce: RequestNonce, scope: Scope, send: Send) -> Send:
+        """``send``, which first remembers the nonce of a request that wrote nothing (none of its
+        writes took it): a replayed one is answered 401 instead of its response."""
         acl = self.acl
         assert acl is not None
         refused = False
 
         async def send_after_nonce(message: Message) -> None:
             nonlocal refused
-            if message["type"] == "http.response.start" and not nonce.taken:
-                nonce.taken = True
-                instead = await _remembered(acl, nonce)
+            key = nonce.take() if message["type"] == "http.response.start" else None
+            if key is not None:
+                instead = await _remembered(acl, key)
                 if instead is not None:  # the response never starts: this one goes instead
                     refused = True
                     await instead(scope, _no_body, send)
@@ -249,7 +248,7 @@ class AclGate:
             decided = self._decided = _Decided(config, set(), set(), {})
         return decided
 
-    def _admit(self, scope: Scope, body: bytes) -> tuple[str, nonces.RequestNonce]:
+    def _admit(self, scope: Scope, body: bytes) -> tuple[str, RequestNonce]:
         acl = self.acl
         assert acl is not None
         raw_path = scope.get("raw_path") or scope["path"].encode()
@@ -263,7 +262,7 @@ class AclGate:
             acl.config.secret_for,
             acl.window_ms,
         )
-        nonce = nonces.RequestNonce(signed.access_key, signed.nonce, signed.timestamp_ms)
+        nonce = RequestNonce(signed.access_key, signed.nonce, signed.timestamp_ms)
         return signed.access_key, nonce
 
     def _allowed_before(self, scope: Scope, access_key: str, rule: Any) -> bool:
@@ -316,14 +315,14 @@ class AclGate:
                                 ask.json_field("producer_group"), self._allowed)  # fmt: skip
 
 
-async def _remembered(acl: AclRuntime, nonce: nonces.RequestNonce) -> JSONResponse | None:
+async def _remembered(acl: AclRuntime, key: NonceKey) -> JSONResponse | None:
     """Remember a request's nonce before its response starts: None when it was new and is
     stored; else the answer that goes instead -- 401 ``NONCE_REPLAYED`` for a replay, 503
     ``STORE_UNAVAILABLE`` when the store cannot remember it (an outage): a response that could
     be replayed is never sent.  Raising here instead would reach the app in the middle of
     sending its response, which then can only drop the connection."""
     try:
-        fresh = await acl.remember_nonce(nonce.key)
+        fresh = await acl.remember_nonce(key)
     except DomainError as error:
         return envelope(status_of(error), error.code, error.message, **error.detail)
     except Exception as exc:  # a bug, not an outage: logged whole, answered without it
@@ -333,7 +332,7 @@ async def _remembered(acl: AclRuntime, nonce: nonces.RequestNonce) -> JSONRespon
                         f"why under reference {reference}", reference=reference)  # fmt: skip
     if fresh:
         return None
-    replayed = nonces.replayed_error(nonce.key)
+    replayed = replayed_error(key)
     return envelope(401, replayed.code, replayed.message, **replayed.detail)
 
 

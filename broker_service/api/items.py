@@ -9,9 +9,10 @@ unknown topic, a message over the limit, a permission the account lacks, a confl
 answer, and its neighbours are stored.  An item's answer is its status and what the single route
 would answer: ``{"status": 201, "result": {...}}`` or ``{"status": 404, "error": {...}}``.
 
-**The request's nonce** (ACL on) is remembered once, on its own, *before* any item is sent to the
-store (:meth:`AclRuntime.remember_nonce`, as the gate does for a request that writes nothing), and
-the items then go without it.  A replayed request is so refused 401 ``NONCE_REPLAYED`` whole, and
+**The request's nonce** (ACL on) is taken and remembered once, on its own, *before* any item is
+sent to the store (:meth:`AclRuntime.remember_nonce`, as the gate does for a request that writes
+nothing), and the items then go without it: each hands the service the request's nonce, taken
+already, so that its write carries none.  A replayed request is so refused 401 ``NONCE_REPLAYED`` whole, and
 none of its items runs again: the request takes effect at most once.  Letting the first item's
 write take the nonce instead (as a single route does) would not do: the other items, sent with
 it, would run whether or not the nonce had been seen.  It costs a signed batch one group commit
@@ -27,9 +28,10 @@ from typing import Any
 
 from fastapi import Request
 
-from broker_service.acl import nonces
+from broker_service.api.deps import nonce_of
 from broker_service.api.errors import error_item, internal_item
 from broker_service.domain.errors import DomainError
+from broker_service.domain.ports import nonces
 
 log = logging.getLogger("halfmq.api")
 
@@ -40,7 +42,7 @@ Item = Callable[[], Awaitable[dict[str, Any]]]
 async def answer_each(request: Request, items: Sequence[Item]) -> list[dict[str, Any]]:
     """Every item's answer, in order; raises only for the request as a whole (a replay, a store
     that cannot remember the nonce)."""
-    nonce = nonces.take()  # None without the ACL; taken here, no item's write carries it
+    nonce = nonces.take(nonce_of(request))  # None without the ACL; taken: no item's write takes it
     if nonce is not None and not await request.app.state.acl.remember_nonce(nonce):
         raise nonces.replayed_error(nonce)
     return list(await asyncio.gather(*(_answer(item) for item in items)))

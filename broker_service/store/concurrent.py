@@ -12,9 +12,8 @@ import anyio.to_thread
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from broker_service.acl import nonces
-from broker_service.acl.nonces import NonceKey
 from broker_service.domain.errors import DomainError, NotReady
+from broker_service.domain.ports.nonces import NonceKey, replayed_error
 from broker_service.store.failures import store_unavailable
 from broker_service.store.progress import ProgressKey
 from broker_service.store.sqltx import SqlTx
@@ -53,11 +52,17 @@ class ConcurrentUnits:
         self.ready = ready
         self.inflight = inflight
 
-    async def run(self, unit: Callable[[Any], T], *, lease_only: bool = False) -> T:
+    async def run(
+        self,
+        unit: Callable[[Any], T],
+        *,
+        lease_only: bool = False,
+        nonce: NonceKey | None = None,
+    ) -> T:
         if not self.ready():
             raise NotReady("the broker is not ready: the store's schema is not current")
         engine = self.leases if lease_only else self.durable
-        return await anyio.to_thread.run_sync(self._run, unit, engine, nonces.take())
+        return await anyio.to_thread.run_sync(self._run, unit, engine, nonce)
 
     def _run(self, unit: Callable[[Any], T], engine: Engine, nonce: NonceKey | None) -> T:
         error: Exception | None = None
@@ -66,7 +71,7 @@ class ConcurrentUnits:
                 with self.inflight(), engine.begin() as conn:
                     tx = SqlTx(conn)
                     if nonce is not None and not tx.remember_nonces([nonce])[0]:
-                        raise nonces.replayed_error(nonce)
+                        raise replayed_error(nonce)
                     result = unit(tx)
                     tx.flush()
                 if tx.held_progress:

@@ -17,9 +17,8 @@ import anyio.to_thread
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from broker_service.acl import nonces
 from broker_service.domain.errors import DomainError, NotReady
-from broker_service.domain.ports import Readiness, dedup_keys_of, transactions_of
+from broker_service.domain.ports import NonceKey, Readiness, dedup_keys_of, transactions_of
 from broker_service.domain.retention.model import TABLES
 from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
@@ -201,10 +200,10 @@ class SqlStore:
         if not self.schema_current:
             raise NotReady(f"the broker is not ready: {self.schema_reason}")
 
-    async def write(self, unit: Callable[[SqlTx], T]) -> T:
+    async def write(self, unit: Callable[[SqlTx], T], *, nonce: NonceKey | None = None) -> T:
         self._guard()
         result: T = await self.writer.submit(
-            unit, transactions_of(unit), nonces.take(), dedup_keys_of(unit)
+            unit, transactions_of(unit), nonce, dedup_keys_of(unit)
         )
         return result
 

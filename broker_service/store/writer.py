@@ -66,8 +66,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
-from broker_service.acl.nonces import NonceKey, replayed_error
 from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
+from broker_service.domain.ports.nonces import NonceKey, replayed_error
 from broker_service.store.engine import Covered, FlushNotAllowed, LogSync
 from broker_service.store.failures import (
     driver_message,

@@ -16,6 +16,7 @@ from broker_service.acl.addresses import parse_address
 from broker_service.acl.model import Account, AclConfig, Perm
 from broker_service.acl.runtime import AclRuntime
 from broker_service.api import permissions as rules
+from broker_service.api.deps import nonce_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.permissions import needs
 from broker_service.api.schemas.acl import AccountIn, AccountOut, AclOut, GlobalWhiteIn, VersionOut
@@ -124,7 +125,7 @@ async def update_account(access_key: AccessKey, body: AccountIn, request: Reques
     """Create or change an account (mqadmin updateAccessConfig)."""
     acl = _runtime(request)
     account = _updated(acl.config.account(access_key), access_key, body)
-    await acl.update(lambda config: config.with_account(account))
+    await acl.update(lambda config: config.with_account(account), nonce=nonce_of(request))
     return _account_out(account)
 
 
@@ -135,7 +136,7 @@ async def delete_account(access_key: AccessKey, request: Request) -> Response:
     acl = _runtime(request)
     if acl.config.account(access_key) is None:
         raise NotFound(f"account {access_key!r} does not exist", code="ACCOUNT_NOT_FOUND")
-    await acl.update(lambda config: config.without_account(access_key))
+    await acl.update(lambda config: config.without_account(access_key), nonce=nonce_of(request))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -148,5 +149,6 @@ async def update_global_white(body: GlobalWhiteIn, request: Request) -> AclOut:
         patterns = [parse_address(a) for a in body.addresses]
     except ValueError as exc:
         raise InvalidRequest(f"globalWhiteRemoteAddresses: {exc}", code="INVALID_ACL") from None
-    config = await acl.update(lambda config: config.with_global_white(patterns))
+    nonce = nonce_of(request)
+    config = await acl.update(lambda config: config.with_global_white(patterns), nonce=nonce)
     return _acl_out(config)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
 from broker_service.api import permissions as rules
-from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep
+from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep, nonce_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupName, IdPath, TextQuery
 from broker_service.api.permissions import PUB, needs
@@ -46,10 +46,11 @@ async def pull_checks(
     hub = _hub(request)
     event = hub.event(group, client_id)
     deadline = time.monotonic() + wait_seconds
+    nonce = nonce_of(request)  # taken by the first look: the later ones are the same request's
     try:
         while True:
             event.clear()
-            checks = await service.pull_checks(group, client_id, max)
+            checks = await service.pull_checks(group, client_id, max, nonce=nonce)
             remaining = deadline - time.monotonic()
             if checks or remaining <= 0:
                 break
@@ -94,10 +95,12 @@ async def get_producer_group(
 
 @router.delete("/v1/producer-groups/{group}", status_code=status.HTTP_204_NO_CONTENT)
 @needs(rules.admin)
-async def delete_producer_group(group: GroupName, service: TransactionsDep) -> Response:
+async def delete_producer_group(
+    group: GroupName, service: TransactionsDep, request: Request
+) -> Response:
     """Forget the group's instances.  Its pending halves are kept; rounds skip them without
     counting until an instance heartbeats again."""
-    await service.delete_producer_group(group)
+    await service.delete_producer_group(group, nonce=nonce_of(request))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -106,7 +109,8 @@ async def delete_producer_group(group: GroupName, service: TransactionsDep) -> R
 async def check_now(transaction_id: IdPath, request: Request, service: TransactionsDep) -> Any:
     """Operator: check this transaction in the next round, also when it is DISCARDED (traced
     as OPERATOR_CHECK by the operator's access key, and RESUMED)."""
-    record = await service.check_now(transaction_id, getattr(request.state, "access_key", None))
+    actor = getattr(request.state, "access_key", None)
+    record = await service.check_now(transaction_id, actor, nonce=nonce_of(request))
     wake_checks: Callable[[], None] | None = request.app.state.wake_checks
     if wake_checks is not None:
         wake_checks()

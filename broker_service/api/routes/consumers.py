@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
 from broker_service.api import permissions as rules
-from broker_service.api.deps import ConsumersDep, MetricsDep
+from broker_service.api.deps import ConsumersDep, MetricsDep, nonce_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupName, IdPath
 from broker_service.api.permissions import SUB, needs, read_guard
@@ -100,7 +100,9 @@ def _dead_out(dead: DeadMessage) -> DeadOut:
     responses={200: {"model": GroupOut, "description": "The group exists with the same config"}},
 )
 @needs(rules.create_consumer_group)
-async def create_group(body: GroupIn, consumers: ConsumersDep, response: Response) -> GroupOut:
+async def create_group(
+    body: GroupIn, consumers: ConsumersDep, request: Request, response: Response
+) -> GroupOut:
     """Create a group: 201; the same config again: 200; another config: 409."""
     created = await consumers.create_group(
         ConsumerGroup(
@@ -110,7 +112,8 @@ async def create_group(body: GroupIn, consumers: ConsumersDep, response: Respons
             consume_timestamp=body.consume_timestamp,
             max_reconsume_times=body.max_reconsume_times,
             orderly=body.orderly,
-        )
+        ),
+        nonce=nonce_of(request),
     )
     if not created.created:
         response.status_code = status.HTTP_200_OK
@@ -125,11 +128,16 @@ async def create_group(body: GroupIn, consumers: ConsumersDep, response: Respons
 )
 @needs(rules.group_and_body_topic(SUB))
 async def subscribe(
-    group: GroupName, body: SubscriptionIn, consumers: ConsumersDep, response: Response
+    group: GroupName,
+    body: SubscriptionIn,
+    consumers: ConsumersDep,
+    request: Request,
+    response: Response,
 ) -> SubscriptionOut:
     """Subscribe the group to a topic with a tag expression (201; unchanged or updated: 200).
     With ``auto_create_groups`` an unknown group is created with the defaults."""
-    subscribed = await consumers.subscribe(group, body.topic, body.expression)
+    nonce = nonce_of(request)
+    subscribed = await consumers.subscribe(group, body.topic, body.expression, nonce=nonce)
     if not subscribed.created:
         response.status_code = status.HTTP_200_OK
     return _subscription_out(subscribed.subscription)
@@ -138,7 +146,11 @@ async def subscribe(
 @router.post("/{group}/receive", response_model=ReceiveOut)
 @needs(rules.group_and_body_topic(SUB))
 async def receive(
-    group: GroupName, body: ReceiveIn, consumers: ConsumersDep, metrics: MetricsDep
+    group: GroupName,
+    body: ReceiveIn,
+    consumers: ConsumersDep,
+    metrics: MetricsDep,
+    request: Request,
 ) -> Response:
     """Messages for this member, each with a receipt handle, invisible to the rest of the group
     for ``invisible_seconds``.  With ``wait_seconds`` the answer comes as soon as one is
@@ -151,6 +163,7 @@ async def receive(
         body.invisible_seconds,
         body.wait_seconds,
         max_per_queue=body.max_per_queue,
+        nonce=nonce_of(request),
     )
     metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
     metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
@@ -160,10 +173,10 @@ async def receive(
 @router.post("/{group}/ack", response_model=AckResult)
 @needs(rules.path_group(SUB))
 async def ack(
-    group: GroupName, body: AckIn, consumers: ConsumersDep, metrics: MetricsDep
+    group: GroupName, body: AckIn, consumers: ConsumersDep, metrics: MetricsDep, request: Request
 ) -> Response:
     """Consumed.  A stale handle (its invisibility ran out) acks nothing; the message comes again."""
-    result = await consumers.ack(group, body.receipt_handles)
+    result = await consumers.ack(group, body.receipt_handles, nonce=nonce_of(request))
     metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
     metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
     return convert.json_response(AckResult(result.acked, tuple(result.stale)).to_json())
@@ -172,11 +185,12 @@ async def ack(
 @router.post("/{group}/nack", response_model=NackOut)
 @needs(rules.path_group(SUB))
 async def nack(
-    group: GroupName, body: NackIn, consumers: ConsumersDep, metrics: MetricsDep
+    group: GroupName, body: NackIn, consumers: ConsumersDep, metrics: MetricsDep, request: Request
 ) -> NackOut:
     """RECONSUME_LATER: the message comes back after the retry delay; past max_reconsume_times it
     goes to the group's DLQ.  404 unknown handle, 409 stale handle."""
-    result = await consumers.nack(group, body.receipt_handle, body.delay_level)
+    nonce = nonce_of(request)
+    result = await consumers.nack(group, body.receipt_handle, body.delay_level, nonce=nonce)
     metrics.consumer_messages.labels(outcome=result.outcome.lower()).inc()
     return NackOut(
         receipt_handle=result.receipt_handle,
@@ -190,10 +204,12 @@ async def nack(
 @router.post("/{group}/change-invisible", response_model=ChangeInvisibleOut)
 @needs(rules.path_group(SUB))
 async def change_invisible(
-    group: GroupName, body: ChangeInvisibleIn, consumers: ConsumersDep
+    group: GroupName, body: ChangeInvisibleIn, consumers: ConsumersDep, request: Request
 ) -> ChangeInvisibleOut:
     """Keep a message invisible longer (from now): answers a new handle; the old one is stale."""
-    delivery = await consumers.change_invisible(group, body.receipt_handle, body.invisible_seconds)
+    delivery = await consumers.change_invisible(
+        group, body.receipt_handle, body.invisible_seconds, nonce=nonce_of(request)
+    )
     return ChangeInvisibleOut(
         receipt_handle=delivery.receipt_handle,
         invisible_until=rfc3339(delivery.invisible_until) or "",
@@ -244,10 +260,13 @@ async def show_group(group: GroupName, consumers: ConsumersDep) -> GroupViewOut:
 
 @router.post("/{group}/reset-offset", response_model=ResetOut)
 @needs(rules.admin)
-async def reset_offset(group: GroupName, body: ResetIn, consumers: ConsumersDep) -> ResetOut:
+async def reset_offset(
+    group: GroupName, body: ResetIn, consumers: ConsumersDep, request: Request
+) -> ResetOut:
     """Operator: consume the topic again from the first message stored at or after ``timestamp``
     (forward or back).  Messages in flight of the topic come again; their handles go stale."""
-    reset = await consumers.reset_offset(group, body.topic, body.timestamp)
+    nonce = nonce_of(request)
+    reset = await consumers.reset_offset(group, body.topic, body.timestamp, nonce=nonce)
     return ResetOut(
         consumer_group=group,
         topic=reset.topic,
@@ -272,11 +291,11 @@ async def list_dead(
 @router.post("/{group}/dlq/{msg_id}/resend", response_model=DeadOut)
 @needs(rules.admin)
 async def resend(
-    group: GroupName, msg_id: IdPath, consumers: ConsumersDep, metrics: MetricsDep
+    group: GroupName, msg_id: IdPath, consumers: ConsumersDep, metrics: MetricsDep, request: Request
 ) -> DeadOut:
     """Send a dead message back to the group (through its retry topic, reconsume count reset).
     404 not in the DLQ; 409 already resent."""
-    dead = await consumers.resend(group, msg_id)
+    dead = await consumers.resend(group, msg_id, nonce=nonce_of(request))
     metrics.consumer_messages.labels(outcome="resent").inc()
     return _dead_out(dead)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from broker_service.api import permissions as rules
-from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep
+from broker_service.api.deps import MetricsDep, SettingsDep, TransactionsDep, nonce_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.hardening import callback_limits
 from broker_service.api.params import GroupName
@@ -38,7 +38,14 @@ async def heartbeat(
     if body.callback_url is not None:
         limits = callback_limits(settings, request.scope.get("server"))
     await service.heartbeat(
-        group, body.client_id, body.callback_url, body.topics, access_key, source, limits
+        group,
+        body.client_id,
+        body.callback_url,
+        body.topics,
+        access_key,
+        source,
+        limits,
+        nonce=nonce_of(request),
     )
     metrics.heartbeats.inc()
     return HeartbeatOut(

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from broker_service.api import permissions as rules
-from broker_service.api.deps import SettingsDep
+from broker_service.api.deps import SettingsDep, nonce_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.permissions import needs
 from broker_service.api.schemas.common import rfc3339
@@ -82,6 +82,7 @@ async def stats(service: RetentionDep, settings: SettingsDep) -> StoreStatsOut:
 async def purge(
     service: RetentionDep,
     settings: SettingsDep,
+    request: Request,
     body: PurgeIn | None = None,
 ) -> PurgeOut:
     """One purge round now: a dry run (the default) reports what would go and deletes nothing;
@@ -89,7 +90,9 @@ async def purge(
     ``PURGE_RUNNING`` while another round runs, on this broker or another on the store."""
     dry_run = True if body is None else body.dry_run
     pace = Pace(share=settings.purge_share, pause=settings.purge_pause_seconds)
-    report = await service.purge(dry_run=dry_run, max_rows=PURGE_MAX_ROWS, pace=pace)
+    report = await service.purge(
+        dry_run=dry_run, max_rows=PURGE_MAX_ROWS, pace=pace, nonce=nonce_of(request)
+    )
     return purge_out(report)
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response, status
 
 from broker_service.api import convert
 from broker_service.api import permissions as rules
-from broker_service.api.deps import MessagesDep, messages_of, metrics_of
+from broker_service.api.deps import MessagesDep, messages_of, metrics_of, nonce_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import TopicName, UserTopicName
 from broker_service.api.permissions import PUB, SUB, needs
@@ -34,9 +34,12 @@ router = APIRouter(prefix="/v1/topics", tags=["topics"], responses=ERROR_RESPONS
     responses={200: {"model": TopicOut, "description": "The topic exists with the same config"}},
 )
 @needs(rules.admin)
-async def create_topic(body: TopicIn, service: MessagesDep, response: Response) -> TopicOut:
+async def create_topic(
+    body: TopicIn, service: MessagesDep, request: Request, response: Response
+) -> TopicOut:
     """Create a topic; the same config again is 200, another config 409."""
-    result = await service.create_topic(body.name, body.queues, body.order)
+    nonce = nonce_of(request)
+    result = await service.create_topic(body.name, body.queues, body.order, nonce=nonce)
     if not result.created:
         response.status_code = status.HTTP_200_OK
     return convert.topic_out(result.view)
@@ -56,8 +59,8 @@ async def get_topic(topic: TopicName, service: MessagesDep) -> TopicOut:
 
 @router.delete("/{topic}", status_code=status.HTTP_204_NO_CONTENT)
 @needs(rules.admin)
-async def delete_topic(topic: UserTopicName, service: MessagesDep) -> Response:
-    await service.delete_topic(topic)
+async def delete_topic(topic: UserTopicName, service: MessagesDep, request: Request) -> Response:
+    await service.delete_topic(topic, nonce=nonce_of(request))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -72,7 +75,7 @@ async def send_message(topic: UserTopicName, body: MessageIn, request: Request) 
 async def send_one(request: Request, topic: str, body: MessageIn) -> dict[str, Any]:
     """One message stored, answered as ``SendResultOut``: this route's work, and each item's of
     ``POST /v1/messages:batch``."""
-    (receipt,) = await messages_of(request).send(topic, [body.to_draft()])
+    (receipt,) = await messages_of(request).send(topic, [body.to_draft()], nonce=nonce_of(request))
     metrics_of(request).messages_sent.labels(duplicate=str(receipt.duplicate).lower()).inc()
     return convert.receipt_dict(receipt)
 
@@ -92,12 +95,13 @@ async def send_batch(topic: UserTopicName, request: Request) -> Response:
     raw = await json_bytes(request)
     plain = plain_batch(raw)
     if plain is not None:
-        sent = await service.send_plain(topic, plain)
+        sent = await service.send_plain(topic, plain, nonce=nonce_of(request))
         metrics.messages_sent.labels(duplicate="false").inc(len(sent.msg_ids))
         results = convert.plain_receipt_dicts(sent)
     else:
         body = validated(raw, BatchIn)
-        receipts = await service.send(topic, [m.to_draft() for m in body.messages])
+        drafts = [m.to_draft() for m in body.messages]
+        receipts = await service.send(topic, drafts, nonce=nonce_of(request))
         duplicates = sum(r.duplicate for r in receipts)
         metrics.messages_sent.labels(duplicate="true").inc(duplicates)
         metrics.messages_sent.labels(duplicate="false").inc(len(receipts) - duplicates)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from broker_service.api import permissions as rules
-from broker_service.api.deps import ConsumersDep
+from broker_service.api.deps import ConsumersDep, nonce_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.permissions import needs, trace_guard
 from broker_service.api.schemas.common import ErrorBody
@@ -25,7 +25,9 @@ async def record_trace(
     received (SUB on its topic and the consumer group) is refused by its index, the others are
     kept.  With the broker's ``trace`` setting off: 200, ``recorded`` 0."""
     records = [event.to_record() for event in body.events]
-    answer = await consumers.record_client_trace(records, trace_guard(request))
+    answer = await consumers.record_client_trace(
+        records, trace_guard(request), nonce=nonce_of(request)
+    )
     return ClientTraceOut(
         recorded=answer.recorded,
         refused=[

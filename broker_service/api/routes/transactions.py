@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from broker_service.api import convert
 from broker_service.api import permissions as rules
-from broker_service.api.deps import TransactionsDep, metrics_of, transactions_of
+from broker_service.api.deps import TransactionsDep, metrics_of, nonce_of, transactions_of
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
 from broker_service.api.permissions import TransactionGuard, needs, transaction_guard
@@ -44,6 +44,7 @@ async def store_half(request: Request, body: TransactionIn) -> dict[str, Any]:
         body.producer_group,
         body.check_immunity_seconds,
         body.client_id,
+        nonce=nonce_of(request),
     )
     if not receipt.duplicate:
         metrics_of(request).halves.inc()
@@ -81,6 +82,7 @@ async def resolve(
         actor=getattr(request.state, "access_key", None),  # an operator's, with the ACL on
         client_id=body.client_id,
         pull_answer=body.from_check,
+        nonce=nonce_of(request),
     )
     metrics = metrics_of(request)
     metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()

@@ -35,7 +35,7 @@ from broker_service.domain.consumers.trace import (
 from broker_service.domain.consumers.wakeup import Arrivals
 from broker_service.domain.errors import InvalidRequest
 from broker_service.domain.messages.model import MayRead, topic_of
-from broker_service.domain.ports import Store, StoreTx, UnitRunner
+from broker_service.domain.ports import RequestNonce, Store, StoreTx, UnitRunner, nonces
 
 _TOUCH_EVERY_MS = 5_000  # a member's liveness is written at most this often per broker
 
@@ -70,17 +70,25 @@ class ConsumerService:
 
     # -- groups -----------------------------------------------------------------------------------
 
-    async def create_group(self, group: ConsumerGroup) -> GroupCreated:
-        return await self.store.write(self.groups.create_group(group))
+    async def create_group(
+        self, group: ConsumerGroup, *, nonce: RequestNonce | None = None
+    ) -> GroupCreated:
+        return await self.store.write(self.groups.create_group(group), nonce=nonces.take(nonce))
 
-    async def subscribe(self, group: str, topic: str, expression: str) -> Subscribed:
-        return await self.store.write(self.groups.subscribe(group, topic, expression))
+    async def subscribe(
+        self, group: str, topic: str, expression: str, *, nonce: RequestNonce | None = None
+    ) -> Subscribed:
+        unit = self.groups.subscribe(group, topic, expression)
+        return await self.store.write(unit, nonce=nonces.take(nonce))
 
     async def view(self, group: str) -> GroupView:
         return await self.store.read(self.admin.view(group))
 
-    async def reset_offset(self, group: str, topic: str, timestamp: int) -> OffsetReset:
-        return await self.store.write(self.admin.reset_offset(group, topic, timestamp))
+    async def reset_offset(
+        self, group: str, topic: str, timestamp: int, *, nonce: RequestNonce | None = None
+    ) -> OffsetReset:
+        unit = self.admin.reset_offset(group, topic, timestamp)
+        return await self.store.write(unit, nonce=nonces.take(nonce))
 
     async def backlog(self) -> Backlog:
         """Every group's lag, retry and DLQ depth (the metrics' scrape-time read, and the
@@ -98,10 +106,13 @@ class ConsumerService:
         invisible_seconds: float,
         wait_seconds: float,
         max_per_queue: int = 1,
+        *,
+        nonce: RequestNonce | None = None,
     ) -> list[Delivered]:
         """Messages for this member: at once if any is deliverable, else as soon as one is (up to
         ``wait_seconds``), else none.  ``max_per_queue``: an orderly group's most consecutive
-        messages of one queue (a batch consumer's batch)."""
+        messages of one queue (a batch consumer's batch).  ``nonce``: the signed request's
+        (:mod:`broker_service.domain.ports.nonces`), taken by the first of its claims."""
         if invisible_seconds <= 0:
             raise InvalidRequest(
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
@@ -119,7 +130,7 @@ class ConsumerService:
                 self._touch(group, client_id),
                 max_per_queue,
             )
-            result = await self._claim(unit, lease_only=True)
+            result = await self._claim(unit, lease_only=True, nonce=nonce)
             if len(result.delivered) >= max_messages:  # there may be more: wake another member
                 self.arrivals.pass_on(result.topics, result.competitor)
             remaining = deadline - time.monotonic()
@@ -130,10 +141,16 @@ class ConsumerService:
                 pause = min(pause, max(0.0, (result.next_due_at - self.clock()) / 1000) + 0.002)
             await self.arrivals.wait(result.topics, pause, version, result.competitor)
 
-    async def _claim(self, unit: Callable[[StoreTx], T], *, lease_only: bool = False) -> T:
+    async def _claim(
+        self,
+        unit: Callable[[StoreTx], T],
+        *,
+        lease_only: bool = False,
+        nonce: RequestNonce | None = None,
+    ) -> T:
         if self.runner is not None:
-            return await self.runner.run(unit, lease_only=lease_only)
-        return await self.store.write(unit)
+            return await self.runner.run(unit, lease_only=lease_only, nonce=nonces.take(nonce))
+        return await self.store.write(unit, nonce=nonces.take(nonce))
 
     def _touch(self, group: str, client_id: str) -> bool:
         now = self.clock()
@@ -145,22 +162,33 @@ class ConsumerService:
         self._touched[key] = now
         return True
 
-    async def ack(self, group: str, handles: Sequence[str]) -> AckResult:
-        result = await self._claim(self.leases.ack(group, handles))
+    async def ack(
+        self, group: str, handles: Sequence[str], *, nonce: RequestNonce | None = None
+    ) -> AckResult:
+        result = await self._claim(self.leases.ack(group, handles), nonce=nonce)
         if result.freed_topics:  # an orderly queue may hand out its next message now
             self.arrivals.announce(result.freed_topics)
         return result
 
-    async def nack(self, group: str, handle: str, delay_level: int | None) -> NackResult:
-        return await self._claim(self.retries.nack(group, handle, delay_level))
+    async def nack(
+        self, group: str, handle: str, delay_level: int | None, *, nonce: RequestNonce | None = None
+    ) -> NackResult:
+        return await self._claim(self.retries.nack(group, handle, delay_level), nonce=nonce)
 
-    async def change_invisible(self, group: str, handle: str, invisible_seconds: float) -> Delivery:
+    async def change_invisible(
+        self,
+        group: str,
+        handle: str,
+        invisible_seconds: float,
+        *,
+        nonce: RequestNonce | None = None,
+    ) -> Delivery:
         if invisible_seconds <= 0:
             raise InvalidRequest(
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
             )
         unit = self.leases.change_invisible(group, handle, int(invisible_seconds * 1000))
-        return await self._claim(unit, lease_only=True)
+        return await self._claim(unit, lease_only=True, nonce=nonce)
 
     # -- dead letters -----------------------------------------------------------------------------
 
@@ -173,8 +201,10 @@ class ConsumerService:
             return dead
         return [d for d in dead if (t := topic_of(d.message)) is not None and may_read(t)]
 
-    async def resend(self, group: str, msg_id: str) -> DeadMessage:
-        return await self.store.write(self.retries.resend(group, msg_id))
+    async def resend(
+        self, group: str, msg_id: str, *, nonce: RequestNonce | None = None
+    ) -> DeadMessage:
+        return await self.store.write(self.retries.resend(group, msg_id), nonce=nonces.take(nonce))
 
     # -- trace ------------------------------------------------------------------------------------
 
@@ -182,8 +212,14 @@ class ConsumerService:
         return await self.store.read(trace(msg_id, self.config.broker_id))
 
     async def record_client_trace(
-        self, records: Sequence[ClientTraceRecord], may_report: MayReport | None = None
+        self,
+        records: Sequence[ClientTraceRecord],
+        may_report: MayReport | None = None,
+        *,
+        nonce: RequestNonce | None = None,
     ) -> ClientTraceAnswer:
         """The framework's reports (``POST /v1/trace``); nothing while ``trace`` is off."""
         enabled = self.config.trace
-        return await record_client_trace(self.store, records, may_report, enabled=enabled)
+        return await record_client_trace(
+            self.store, records, may_report, enabled=enabled, nonce=nonce
+        )

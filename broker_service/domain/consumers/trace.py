@@ -22,7 +22,7 @@ from broker_service.domain import names
 from broker_service.domain.consumers.model import DeliveryState
 from broker_service.domain.errors import DomainError, missing
 from broker_service.domain.messages.model import PROP_REAL_TOPIC, StoredMessage
-from broker_service.domain.ports import ClientStore, Store, StoreTx
+from broker_service.domain.ports import ClientStore, RequestNonce, Store, StoreTx, nonces
 from broker_service.domain.transactions.model import PROP_SENT_BY
 
 _RESOLVED = {"COMMITTED": "COMMITTED", "ROLLED_BACK": "ROLLED_BACK"}
@@ -237,6 +237,7 @@ async def record_client_trace(
     may_report: MayReport | None,
     *,
     enabled: bool,
+    nonce: RequestNonce | None = None,
 ) -> ClientTraceAnswer:
     """Record the clients' reports as ``CLIENT_PUB`` / ``CLIENT_SUB`` events, each on its own:
     an unknown message, or (``may_report``: the ACL) one the caller could not have sent or
@@ -244,4 +245,4 @@ async def record_client_trace(
     (``enabled`` False) nothing is looked at or kept: ``recorded`` 0."""
     if not enabled:
         return ClientTraceAnswer(0, [])
-    return await store.write(_client_trace_unit(records, may_report))
+    return await store.write(_client_trace_unit(records, may_report), nonce=nonces.take(nonce))

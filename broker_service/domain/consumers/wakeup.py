@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
 from broker_service.domain.messages.model import PendingMessage, PlainBatch
-from broker_service.domain.ports import Store, StoreTx, wrapped_like
+from broker_service.domain.ports import NonceKey, Store, StoreTx, wrapped_like
 
 T = TypeVar("T")
 
@@ -133,7 +133,7 @@ class ArrivalsStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def write(self, unit: Callable[[StoreTx], T]) -> T:
+    async def write(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
         appended: set[str] = set()
 
         def recording(tx: StoreTx) -> T:
@@ -143,7 +143,7 @@ class ArrivalsStore:
             appended.update(recorder.topics)
             return result
 
-        result = await self.inner.write(wrapped_like(unit, recording))
+        result = await self.inner.write(wrapped_like(unit, recording), nonce=nonce)
         if appended:
             self.arrivals.announce(appended)
         return result

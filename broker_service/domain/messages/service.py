@@ -1,7 +1,8 @@
 """``MessageService``: the message and topic use cases, each one unit of work on the store.
 
 The topic, sending and message routes call these methods; the delay scheduler calls
-:meth:`MessageService.release_due`.
+:meth:`MessageService.release_due`.  A method that writes takes the signed request's ``nonce``
+(:mod:`broker_service.domain.ports.nonces`) and hands it to its write.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from broker_service.domain.messages.model import (
 )
 from broker_service.domain.messages.sending import Sender, SendReceipt
 from broker_service.domain.messages.topics import TopicCreated, Topics, TopicView
-from broker_service.domain.ports import MessageQuery, Store
+from broker_service.domain.ports import MessageQuery, RequestNonce, Store, nonces
 
 
 class MessageService:
@@ -36,11 +37,15 @@ class MessageService:
 
     # -- topics ----------------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, queues: int | None, ordered: bool) -> TopicCreated:
-        return await self.store.write(self.topics.create(name, queues, ordered))
+    async def create_topic(
+        self, name: str, queues: int | None, ordered: bool, *, nonce: RequestNonce | None = None
+    ) -> TopicCreated:
+        return await self.store.write(
+            self.topics.create(name, queues, ordered), nonce=nonces.take(nonce)
+        )
 
-    async def delete_topic(self, name: str) -> None:
-        await self.store.write(self.topics.delete(name))
+    async def delete_topic(self, name: str, *, nonce: RequestNonce | None = None) -> None:
+        await self.store.write(self.topics.delete(name), nonce=nonces.take(nonce))
 
     async def get_topic(self, name: str) -> TopicView:
         return await self.store.read(self.topics.show(name))
@@ -50,12 +55,18 @@ class MessageService:
 
     # -- sending ---------------------------------------------------------------------------------
 
-    async def send(self, topic: str, drafts: Sequence[MessageDraft]) -> list[SendReceipt]:
-        return await self.store.write(self.sender.send(topic, drafts))
+    async def send(
+        self, topic: str, drafts: Sequence[MessageDraft], *, nonce: RequestNonce | None = None
+    ) -> list[SendReceipt]:
+        return await self.store.write(self.sender.send(topic, drafts), nonce=nonces.take(nonce))
 
-    async def send_plain(self, topic: str, batch: PlainBatch) -> PlainBatch:
+    async def send_plain(
+        self, topic: str, batch: PlainBatch, *, nonce: RequestNonce | None = None
+    ) -> PlainBatch:
         """A batch of bodies alone: :meth:`send` without a record per message."""
-        return await self.store.write(self.sender.send_plain(topic, batch))
+        return await self.store.write(
+            self.sender.send_plain(topic, batch), nonce=nonces.take(nonce)
+        )
 
     async def release_due(self, limit: int) -> ReleaseReport:
         """Move up to ``limit`` delayed messages whose time has come into their real topics."""

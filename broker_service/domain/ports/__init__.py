@@ -19,7 +19,8 @@
 
 No role has more than 20 methods (``tests/test_layers.py`` holds it).  A unit of work receives a
 :class:`StoreTx`, the union of the roles; a function that needs one role only is typed with it.
-:class:`Store` runs units (see :mod:`broker_service.domain.ports.store`).
+:class:`Store` runs units (see :mod:`broker_service.domain.ports.store`); a signed request's
+:class:`RequestNonce` rides with its first write (:mod:`broker_service.domain.ports.nonces`).
 """
 
 from broker_service.domain.ports.admin import AdminStore
@@ -36,6 +37,7 @@ from broker_service.domain.ports.consumers import (
     TraceStore,
 )
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
+from broker_service.domain.ports.nonces import NonceKey, RequestNonce
 from broker_service.domain.ports.retention import RetentionStore, StoreUpkeep
 from broker_service.domain.ports.store import (
     Readiness,
@@ -63,8 +65,10 @@ __all__ = [
     "GroupStore",
     "MessageQuery",
     "MessageStore",
+    "NonceKey",
     "ProgressStore",
     "Readiness",
+    "RequestNonce",
     "ResolveOutcome",
     "RetentionStore",
     "SendUnit",

@@ -33,6 +33,7 @@ from broker_service.domain.ports.consumers import (
     TraceStore,
 )
 from broker_service.domain.ports.messages import MessageStore
+from broker_service.domain.ports.nonces import NonceKey
 from broker_service.domain.ports.retention import RetentionStore
 from broker_service.domain.ports.transactions import TransactionStore
 
@@ -106,12 +107,13 @@ def wrapped_like(
 
 
 class Store(Protocol):
-    async def write(self, unit: Callable[[StoreTx], T]) -> T:
+    async def write(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
         """Run ``unit`` in a store transaction and commit (in a group commit).
 
-        The signed request's nonce, when one is bound and not yet taken
-        (:mod:`broker_service.acl.nonces`), is remembered in the same transaction before the
-        unit runs; a nonce seen before raises ``Unauthenticated`` and the unit does not run."""
+        ``nonce``: a signed request's, which the request's first write takes from its
+        :class:`~broker_service.domain.ports.nonces.RequestNonce`: remembered in the same
+        transaction before the unit runs; one seen before raises ``Unauthenticated``
+        (``NONCE_REPLAYED``) and the unit does not run."""
         ...
 
     async def read(self, unit: Callable[[StoreTx], T]) -> T: ...
@@ -122,7 +124,16 @@ class UnitRunner(Protocol):
     whose claims are row locks, so that several units may take them at once).  ``lease_only``:
     the unit only takes or renews leases, whose loss just redelivers."""
 
-    async def run(self, unit: Callable[[StoreTx], T], *, lease_only: bool = False) -> T: ...
+    async def run(
+        self,
+        unit: Callable[[StoreTx], T],
+        *,
+        lease_only: bool = False,
+        nonce: NonceKey | None = None,
+    ) -> T:
+        """Run ``unit`` in a transaction of its own and commit; ``nonce`` as for
+        :meth:`Store.write`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,14 @@ from broker_service.domain import names
 from broker_service.domain.clock import now_ms
 from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.errors import Conflict
-from broker_service.domain.ports import RetentionStore, Store, StoreTx, StoreUpkeep
+from broker_service.domain.ports import (
+    RequestNonce,
+    RetentionStore,
+    Store,
+    StoreTx,
+    StoreUpkeep,
+    nonces,
+)
 from broker_service.domain.retention.model import (
     LEASE,
     Expiry,
@@ -67,6 +74,7 @@ class _Round:
     budget: int
     pace: Pace
     started: int  # ms: a purged-id record this round writes is younger, and outlives the round
+    nonce: RequestNonce | None  # the signed request's, taken by the round's first write
 
 
 class RetentionService:
@@ -91,21 +99,27 @@ class RetentionService:
         self._running = asyncio.Lock()  # one round at a time in this broker
 
     async def purge(
-        self, *, dry_run: bool = False, max_rows: int = 1_000_000, pace: Pace = Pace()
+        self,
+        *,
+        dry_run: bool = False,
+        max_rows: int = 1_000_000,
+        pace: Pace = Pace(),
+        nonce: RequestNonce | None = None,
     ) -> PurgeReport:
-        """One round: at most ``max_rows`` rows, its units of work paced by ``pace``.
+        """One round: at most ``max_rows`` rows, its units of work paced by ``pace``; ``nonce``:
+        the operator's signed request's (:mod:`broker_service.domain.ports.nonces`).
 
         Raises :class:`LeaseHeld` when another round runs (here, or on another broker) before
         this one deleted anything; a round that loses the lease midway answers what it did,
         ``complete`` false."""
         if dry_run:
-            return await self._round(True, max_rows, pace)
+            return await self._round(True, max_rows, pace, nonce=nonce)
         if self._running.locked():
             raise LeaseHeld("a purge round is running in this broker", lease=LEASE)
         async with self._running:
             report = PurgeReport()
             try:
-                report = await self._round(False, max_rows, pace, report)
+                report = await self._round(False, max_rows, pace, report, nonce=nonce)
             except LeaseHeld:
                 if not report.total and not report.expired:
                     raise
@@ -120,6 +134,8 @@ class RetentionService:
         max_rows: int,
         pace: Pace,
         report: PurgeReport | None = None,
+        *,
+        nonce: RequestNonce | None = None,
     ) -> PurgeReport:
         """The round, filling ``report`` as it goes (so that a lost lease leaves what was done)."""
         started = time.monotonic()
@@ -133,7 +149,7 @@ class RetentionService:
         report.export_held = policy.wait_for_export and (
             exported is None or exported < self.clock() - policy.retention_ms
         )
-        state = _Round(report, exported, max_rows, pace, self.clock())
+        state = _Round(report, exported, max_rows, pace, self.clock(), nonce)
         for head in await self.store.read(lambda tx: tx.queue_heads()):
             if state.budget <= 0:
                 break
@@ -164,7 +180,10 @@ class RetentionService:
         and the commit of the batch it went in, which writes (and later checkpoints) the pages
         it changed -- so that a busy writer makes the purge slower, not the sends."""
         started = time.perf_counter()
-        result = await (self.store.read(unit) if dry_run else self.store.write(unit))
+        if dry_run:
+            result = await self.store.read(unit)
+        else:
+            result = await self.store.write(unit, nonce=nonces.take(state.nonce))
         await asyncio.sleep(state.pace.after(time.perf_counter() - started))
         return result
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from broker_service.domain import names
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
-from broker_service.domain.ports import Store, StoreTx
+from broker_service.domain.ports import RequestNonce, Store, StoreTx, nonces
 from broker_service.domain.transactions.callbacks import NO_LIMITS, CallbackLimits, CallbackPolicy
 from broker_service.domain.transactions.check_audit import check_audit
 from broker_service.domain.transactions.checkback import (
@@ -65,13 +65,16 @@ class TransactionService:
         producer_group: str,
         check_immunity_seconds: float | None,
         client_id: str | None = None,
+        *,
+        nonce: RequestNonce | None = None,
     ) -> HalfReceipt:
         """``client_id``: the sending instance, when its transport names it (check-back asks it
-        first while it is live)."""
+        first while it is live); ``nonce``: the signed request's
+        (:mod:`broker_service.domain.ports.nonces`), as for every write a request makes."""
         unit = self.transactions.prepare(
             topic, draft, producer_group, check_immunity_seconds, client_id
         )
-        return await self.store.write(unit)
+        return await self.store.write(unit, nonce=nonces.take(nonce))
 
     async def resolve(
         self,
@@ -85,6 +88,7 @@ class TransactionService:
         client_id: str | None = None,
         pull_answer: bool = False,
         via: str | None = None,
+        nonce: RequestNonce | None = None,
     ) -> Resolution:
         """``actor``: the operator's access key (ACL on); ``client_id``: the producer instance
         that asks, when it says (kept as the transaction's ``resolved_client``); ``pull_answer``:
@@ -104,7 +108,7 @@ class TransactionService:
             trace=trace,
             via=via,
         )
-        return await self.store.write(unit)
+        return await self.store.write(unit, nonce=nonces.take(nonce))
 
     async def get_transaction(self, transaction_id: str) -> TransactionRecord:
         def unit(tx: StoreTx) -> TransactionRecord:
@@ -147,6 +151,8 @@ class TransactionService:
         access_key: str | None = None,
         source: str | None = None,
         limits: CallbackLimits | None = None,
+        *,
+        nonce: RequestNonce | None = None,
     ) -> None:
         """``source``: the address the heartbeat came from, the one a callback URL may name;
         ``limits``: the ports it may not name (the broker's listeners, its store's) or must."""
@@ -155,7 +161,8 @@ class TransactionService:
         names.check_name(group, "producer group")
         now = self.clock()
         await self.store.write(
-            lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now, access_key)
+            lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now, access_key),
+            nonce=nonces.take(nonce),
         )
 
     async def set_aside(self, group: str, client_id: str, error: str) -> None:
@@ -177,10 +184,12 @@ class TransactionService:
         names.check_name(group, "producer group")
         return await self.store.read(lambda tx: tx.list_producers(group))
 
-    async def delete_producer_group(self, group: str) -> int:
+    async def delete_producer_group(self, group: str, *, nonce: RequestNonce | None = None) -> int:
         """Forget a group's instances: its halves wait (skipped, not burned) until one returns."""
         names.check_name(group, "producer group")
-        return await self.store.write(lambda tx: tx.delete_producer_group(group))
+        return await self.store.write(
+            lambda tx: tx.delete_producer_group(group), nonce=nonces.take(nonce)
+        )
 
     # -- check-back ----------------------------------------------------------------------------
 
@@ -200,12 +209,18 @@ class TransactionService:
         unit = self.checkback.undelivered(check, outcome, set_aside=set_aside)
         return await self.store.write(unit)
 
-    async def pull_checks(self, group: str, client_id: str, limit: int) -> list[CheckRequest]:
-        return await self.store.write(self.checkback.take_pull_checks(group, client_id, limit))
+    async def pull_checks(
+        self, group: str, client_id: str, limit: int, *, nonce: RequestNonce | None = None
+    ) -> list[CheckRequest]:
+        unit = self.checkback.take_pull_checks(group, client_id, limit)
+        return await self.store.write(unit, nonce=nonces.take(nonce))
 
-    async def check_now(self, transaction_id: str, actor: str | None = None) -> TransactionRecord:
+    async def check_now(
+        self, transaction_id: str, actor: str | None = None, *, nonce: RequestNonce | None = None
+    ) -> TransactionRecord:
         """An operator's "check again now"; ``actor``: its access key (ACL on)."""
-        return await self.store.write(self.checkback.check_now(transaction_id, actor))
+        unit = self.checkback.check_now(transaction_id, actor)
+        return await self.store.write(unit, nonce=nonces.take(nonce))
 
     async def pending_by_age(self, ages_ms: Sequence[int]) -> dict[int, int]:
         now = self.clock()

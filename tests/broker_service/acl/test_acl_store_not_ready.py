@@ -158,11 +158,11 @@ class FailingWrites:
     async def read(self, unit: Callable[[Any], Any]) -> Any:
         return await self.store.read(unit)
 
-    async def write(self, unit: Callable[[Any], Any]) -> Any:
+    async def write(self, unit: Callable[[Any], Any], *, nonce: Any = None) -> Any:
         if self.failures:
             self.failures -= 1
             raise NotReady("the store failed: lost its primary", code="STORE_UNAVAILABLE")
-        return await self.store.write(unit)
+        return await self.store.write(unit, nonce=nonce)
 
 
 async def test_a_late_publish_that_fails_is_tried_again_by_the_next_reload(

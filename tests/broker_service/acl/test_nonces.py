@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from broker_service.acl import nonces
 from broker_service.domain.errors import Unauthenticated
+from broker_service.domain.ports import nonces
 from broker_service.settings import BrokerSettings
 from broker_service.store import migrate
 from broker_service.store.concurrent import ConcurrentUnits
@@ -33,19 +33,18 @@ def _nonce(value: str, key: str = "bob-key", signed_at: int = SIGNED_AT) -> nonc
 
 
 async def _signed(
-    nonce: nonces.RequestNonce, write: Callable[[Callable[[SqlTx], str]], object], ran: list[str]
+    nonce: nonces.RequestNonce, write: Callable[..., object], ran: list[str]
 ) -> object:
-    """One request: the nonce bound, then one write whose unit notes that it ran."""
+    """One request: one write, handed the request's nonce, whose unit notes that it ran."""
 
     def unit(_: SqlTx) -> str:
         ran.append(nonce.nonce)
         return "done"
 
-    with nonces.bound(nonce):
-        try:
-            return await write(unit)  # type: ignore[misc]
-        except Unauthenticated as error:
-            return error
+    try:
+        return await write(unit, nonce=nonces.take(nonce))  # type: ignore[misc]
+    except Unauthenticated as error:
+        return error
 
 
 async def test_a_nonce_takes_effect_once_even_twice_in_one_group_commit(store: SqlStore) -> None:
@@ -89,11 +88,12 @@ async def test_a_replay_in_a_group_commit_of_fresh_requests_refuses_it_alone(
 
 
 async def test_only_the_requests_first_write_remembers_it(store: SqlStore) -> None:
-    """A request that writes twice is not refused by its own nonce; without one bound, nothing
-    is remembered."""
-    with nonces.bound(_nonce("twice")):
-        assert await store.write(lambda tx: 1) == 1
-        assert await store.write(lambda tx: 2) == 2
+    """A request that writes twice is not refused by its own nonce: its first write takes it, the
+    second finds it taken; a write handed no nonce remembers nothing."""
+    request = _nonce("twice")
+    assert await store.write(lambda tx: 1, nonce=nonces.take(request)) == 1
+    assert request.taken
+    assert await store.write(lambda tx: 2, nonce=nonces.take(request)) == 2
     assert await store.write(lambda tx: 3) == 3
     stored = await store.read(
         lambda tx: tx.conn.exec_driver_sql("SELECT nonce FROM acl_nonces").scalars().all()

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from broker_service.api.schemas.messages import BatchIn, plain_batch
 from broker_service.domain.messages.model import MessageDraft, PlainBatch
 from broker_service.domain.messages.queues import queue_for_sharding_key
+from broker_service.domain.ports import RequestNonce
 from tests.broker_service.domain.conftest import SQL_STORES
 from tests.support import BrokerApp
 
@@ -407,13 +408,17 @@ async def test_a_batch_of_bodies_alone_goes_as_columns_and_any_other_message_by_
     calls: list[tuple[str, int]] = []
     send_plain, send = service.send_plain, service.send
 
-    async def counting_plain(topic: str, batch: PlainBatch) -> PlainBatch:
+    async def counting_plain(
+        topic: str, batch: PlainBatch, *, nonce: RequestNonce | None = None
+    ) -> PlainBatch:
         calls.append(("plain", len(batch.bodies)))
-        return await send_plain(topic, batch)
+        return await send_plain(topic, batch, nonce=nonce)
 
-    async def counting_send(topic: str, drafts: list[MessageDraft]) -> object:
+    async def counting_send(
+        topic: str, drafts: list[MessageDraft], *, nonce: RequestNonce | None = None
+    ) -> object:
         calls.append(("drafts", len(drafts)))
-        return await send(topic, drafts)
+        return await send(topic, drafts, nonce=nonce)
 
     service.send_plain, service.send = counting_plain, counting_send
     plain = {"messages": [{"body": "a"}, {"body": "Yg==", "encoding": "base64"}]}
