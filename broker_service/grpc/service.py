@@ -46,6 +46,7 @@ _DECISIONS = {
     pb.TransactionResolution.COMMIT: Decision.COMMIT,
     pb.TransactionResolution.ROLLBACK: Decision.ROLLBACK,
 }
+_KNOWN_MAX = 100_000  # client ids a broker remembers it introduced; past it, it starts over
 VIA = "grpc"  # the protocol the message trace names on what came through this port
 DEFAULT_INVISIBLE_SECONDS = 30.0
 RECEIVE_BATCH_MAX = 32
@@ -106,6 +107,7 @@ class MessagingService:
             self._store_host,
         )
         self._subscribed: dict[tuple[str, str], str] = {}  # (group, topic) -> expression
+        self._known: set[str] = set()  # client ids this broker saw kept in the store
         self._tasks: set[asyncio.Task[None]] = set()
         for name in NOT_IMPLEMENTED:
             setattr(self, name, self._not_implemented(name))
@@ -133,6 +135,24 @@ class MessagingService:
         except AclError as error:
             raise Failed(of_error(error)) from None
         return replace(caller, access_key=access_key)
+
+    async def _introduce(self, caller: Caller) -> None:
+        """Make sure the store knows the calling client before its act is stored: its Settings
+        may come later than its first half or receive, or never.  Once per client id and
+        broker; a failure is logged, the call goes on (only the trace's ``via`` would miss it)."""
+        client_id = caller.client_id
+        if not client_id or client_id in self._known:
+            return
+        try:
+            await self.served.clients.introduce(
+                client_id, caller.access_key, caller.language or "UNKNOWN", caller.version
+            )
+        except Exception as error:
+            log.warning("client %s not kept: %r", client_id, error)
+            return
+        if len(self._known) >= _KNOWN_MAX:  # a bound, not a cache policy: they are re-checked
+            self._known.clear()
+        self._known.add(client_id)
 
     async def _answer(
         self, rpc_name: str, build: Callable[[pb.Status], R], work: Callable[[], Awaitable[R]]
@@ -334,6 +354,8 @@ class MessagingService:
             )
         except Exception as error:  # registered all the same; only a reopened stream waits
             log.warning("settings of %s not kept: %r", session.client_id, error)
+            return
+        self._known.add(session.client_id)
 
     async def _recall(self, session: Session) -> None:
         """A stream opened under a client id the store knows: registered at once with the
@@ -344,8 +366,8 @@ class MessagingService:
         producer whose broker restarted would wait for that sync."""
         try:
             profile = await self.served.clients.recall(session.client_id)
-            if profile is None or profile.access_key != session.access_key:
-                return
+            if profile is None or not profile.settings or profile.access_key != session.access_key:
+                return  # unknown, known only by a call's metadata, or someone else's
             if session.settings is not None:  # its own Settings came first
                 return
             settings = pb.Settings.FromString(profile.settings)
@@ -430,6 +452,7 @@ class MessagingService:
                 if message.system_properties.message_type == convert.MessageType.TRANSACTION:
                     needs.append(Need.group(self.group_of(message.topic.name), Perm.PUB))
             caller = self._caller(context, needs)
+            await self._introduce(caller)
             client_id = caller.client_id or None  # a half's sender: check-back asks it first
             entries = [await self._send_one(message, client_id) for message in request.messages]
             first_error = next((e.status for e in entries if e.status.code != Code.OK), None)
@@ -473,6 +496,7 @@ class MessagingService:
             caller = self._caller(
                 context, [Need.topic(topic, Perm.PUB), Need.group(group, Perm.PUB)]
             )
+            await self._introduce(caller)
             decision = _DECISIONS.get(request.resolution)
             from_check = request.source == pb.TransactionSource.SOURCE_SERVER_CHECK
             if decision is None:  # UNKNOWN: the half stays, the next round checks it again
@@ -530,6 +554,7 @@ class MessagingService:
             caller = self._caller(
                 context, [Need.group(group, Perm.SUB), Need.topic(topic, Perm.SUB)]
             )
+            await self._introduce(caller)
             await self._subscribe(group, topic, request.filter_expression)
             invisible = DEFAULT_INVISIBLE_SECONDS
             if request.HasField("invisible_duration"):

@@ -41,6 +41,23 @@ class ClientService:
         await self.store.write(unit)
         return profile
 
+    async def introduce(
+        self, client_id: str, access_key: str | None, language: str, version: str
+    ) -> bool:
+        """A client named by a call's metadata before the store knows it: kept with what it says
+        it is and no settings, so that what it does (a half, a decision, a receive) is traced
+        ``via: grpc`` even when its Settings are stored later than its first act or never (a
+        short-lived process).  A client already known is left as it is; True if it was new."""
+        profile = ClientProfile(client_id, language, version, access_key, b"", self.clock())
+
+        def unit(tx: ClientStore) -> bool:
+            if tx.get_clients([client_id]):
+                return False
+            tx.save_client(profile)
+            return True
+
+        return await self.store.write(unit)
+
     async def recall(self, client_id: str) -> ClientProfile | None:
         return await self.store.read(lambda tx: tx.get_clients([client_id]).get(client_id))
 
