@@ -70,8 +70,12 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package-lock.json
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
 	touch $@
 
+# The suite in three worker processes (pytest-xdist): most tests wait on real processes, HTTP and
+# PostgreSQL rather than on a core, so three share this 2-core machine's cores.  Every test gets
+# its own temporary directory, SQLite file, PostgreSQL schema and free ports.
+TEST_WORKERS ?= 3
 test: lint $(JARS) $(CHROMIUM) $(NODE_CLIENT)/node_modules/.installed
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 # The client alone (no extra) in a throwaway virtualenv: none of the broker's libraries, and the
 # README's producer and consumer run against a broker of $(VENV) (drills/client_only.py; 1-2 min).
