@@ -1,14 +1,16 @@
-"""What both banks serve alike: open and read accounts, read the transfers ledger, errors."""
+"""What both banks serve alike: open and read accounts, read the transfers ledger, errors, and
+the app around them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import insert, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -44,6 +46,42 @@ def error(status: int, code: str, message: str, **detail: Any) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message, "detail": detail}}, status_code=status
     )
+
+
+Running = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
+
+
+def bank_app(
+    title: str, engine: Engine, sessions: Callable[[], Session], running: Running
+) -> FastAPI:
+    """A bank's app: the ledger routes on ``sessions``; ``running(app)`` holds the bank's broker
+    client for the app's life, and ``engine`` is disposed after it."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            async with running(app):
+                yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(title=title, lifespan=lifespan)
+    app.include_router(ledger_router(sessions))
+    return app
+
+
+def started(start: Callable[[], object], stop: Callable[[], object]) -> Running:
+    """What :func:`bank_app` runs for a client started and stopped by plain calls (RocketMQ's)."""
+
+    @asynccontextmanager
+    async def running(app: FastAPI) -> AsyncIterator[None]:
+        start()
+        try:
+            yield
+        finally:
+            stop()
+
+    return running
 
 
 def ledger_router(sessions: Callable[[], Session]) -> APIRouter:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -22,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from demo_bank.accounts import error, ledger_router
+from demo_bank.accounts import bank_app, error
 from demo_bank.db import make_engine
 from demo_bank.faults import FAULT_HEADER, CommitFaults, DroppingTransport
 from demo_bank.schema import DEBIT, accounts, now_ms, transfers
@@ -102,6 +100,19 @@ def accept_order(
     )
 
 
+def rolled_back(order: TransferOrder, transaction_id: str) -> JSONResponse:
+    """The 422 for a transfer whose local transaction rolled back, its code the refusal (both of
+    Bob's producers answer this way)."""
+    code = order.refusal or "ROLLED_BACK"
+    return error(
+        422,
+        code,
+        f"transfer {order.transfer_id} rolled back: {code}",
+        transfer_id=order.transfer_id,
+        transaction_id=transaction_id,
+    )
+
+
 def transfer_body(order: TransferOrder) -> str:
     return orjson.dumps(
         {
@@ -176,15 +187,7 @@ def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None 
     faults.install(sessions)
     producer = build_producer(settings, sessions, faults, dropping)
     dropping.credentials = producer.credentials  # a shared request it rewrites is signed again
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with halfmq_lifespan(producer)(app):
-            yield
-        engine.dispose()
-
-    app = FastAPI(title="Bob's bank", lifespan=lifespan)
-    app.include_router(ledger_router(sessions))
+    app = bank_app("Bob's bank", engine, sessions, halfmq_lifespan(producer))
     app.state.producer = producer
 
     @app.post("/transfers", status_code=201, response_model=TransferAccepted)
@@ -203,14 +206,7 @@ def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None 
         except HalfMQError as exc:
             return error(503, "BROKER_UNAVAILABLE", f"the transfer was not sent: {exc}")
         if result.local_state is State.ROLLBACK_MESSAGE:
-            code = order.refusal or "ROLLED_BACK"
-            return error(
-                422,
-                code,
-                f"transfer {order.transfer_id} rolled back: {code}",
-                transfer_id=order.transfer_id,
-                transaction_id=result.transaction_id,
-            )
+            return rolled_back(order, result.transaction_id)
         if result.local_state is State.UNKNOW:
             state = "UNKNOWN"
         else:

@@ -154,16 +154,7 @@ def run_reconcile(
             f"smith=parquet:{export / 'ledgers' / 'smith'}",
         ]
     else:
-        inputs = [
-            "--database-url",
-            stores.broker,
-            "--ledger",
-            f"bob={stores.bob}",
-            "--ledger",
-            f"smith={stores.smith}",
-            "--jdbc-partitions",
-            "2",
-        ]
+        inputs = [*_database_inputs(stores), "--jdbc-partitions", "2"]
     argv = [
         sys.executable,
         "-m",
@@ -207,15 +198,19 @@ def _export_argv(stores: Stores, export: Path, day: dt.date) -> list[str]:
         "export",
         "--date",
         day.isoformat(),
-        "--database-url",
-        stores.broker,
-        "--ledger",
-        f"bob={stores.bob}",
-        "--ledger",
-        f"smith={stores.smith}",
+        *_database_inputs(stores),
         "--out",
         str(export),
     ]
+
+
+def _database_inputs(stores: Stores) -> list[str]:
+    """The broker's store and both banks' ledgers, as the export and the job both take them."""
+    return [
+        "--database-url", stores.broker,
+        "--ledger", f"bob={stores.bob}",
+        "--ledger", f"smith={stores.smith}",
+    ]  # fmt: skip
 
 
 def _call(argv: list[str], log_path: Path) -> int | None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header
@@ -30,13 +28,14 @@ from rocketmq import (
 from rocketmq import Message as RmqMessage
 from sqlalchemy.orm import Session, sessionmaker
 
-from demo_bank.accounts import error, ledger_router
+from demo_bank.accounts import bank_app, error, started
 from demo_bank.bob import (
     TransferAccepted,
     TransferIn,
     TransferOrder,
     accept_order,
     debit,
+    rolled_back,
     transfer_body,
 )
 from demo_bank.db import make_engine
@@ -131,14 +130,7 @@ class Bob:
                 transaction.rollback()
             except Exception as exc:  # the check-back rolls it back
                 log.warning("transfer %s: rollback not sent: %s", order.transfer_id, exc)
-            code = order.refusal or "ROLLED_BACK"
-            return error(
-                422,
-                code,
-                f"transfer {order.transfer_id} rolled back: {code}",
-                transfer_id=order.transfer_id,
-                transaction_id=tx_id,
-            )
+            return rolled_back(order, tx_id)
         if state is State.UNKNOW:
             answered = "UNKNOWN"
         elif order.fault == DROP_COMMIT:
@@ -157,29 +149,13 @@ class Bob:
         return True
 
 
-@asynccontextmanager
-async def _started(bob: Bob) -> AsyncIterator[None]:
-    bob.producer.startup()
-    try:
-        yield
-    finally:
-        bob.producer.shutdown()
-
-
 def create_app(settings: BankSettings) -> FastAPI:
     """Bob's bank with RocketMQ's Python client for a producer."""
     engine = make_engine(settings.database_url)
     sessions = sessionmaker(engine)
     bob = Bob(settings, sessions)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with _started(bob):
-            yield
-        engine.dispose()
-
-    app = FastAPI(title="Bob's bank (RocketMQ client)", lifespan=lifespan)
-    app.include_router(ledger_router(sessions))
+    running = started(bob.producer.startup, bob.producer.shutdown)
+    app = bank_app("Bob's bank (RocketMQ client)", engine, sessions, running)
 
     @app.post("/transfers", status_code=201, response_model=TransferAccepted)
     def create_transfer(

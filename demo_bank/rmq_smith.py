@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -26,7 +24,7 @@ from rocketmq import FilterExpression, SimpleConsumer
 from rocketmq import Message as RmqMessage
 from sqlalchemy.orm import Session, sessionmaker
 
-from demo_bank.accounts import ledger_router
+from demo_bank.accounts import bank_app, started
 from demo_bank.db import make_engine
 from demo_bank.faults import FlakyCredits
 from demo_bank.rmq_bob import client_configuration
@@ -129,16 +127,6 @@ def create_app(settings: BankSettings) -> FastAPI:
     engine = make_engine(settings.database_url)
     sessions = sessionmaker(engine)
     smith = Smith(settings, sessions)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        smith.start()
-        try:
-            yield
-        finally:
-            smith.stop()
-            engine.dispose()
-
-    app = FastAPI(title="Smith's bank (RocketMQ client)", lifespan=lifespan)
-    app.include_router(ledger_router(sessions))
-    return app
+    return bank_app(
+        "Smith's bank (RocketMQ client)", engine, sessions, started(smith.start, smith.stop)
+    )

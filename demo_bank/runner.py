@@ -31,6 +31,7 @@ from demo_bank.cluster import Cluster, make_cluster
 from demo_bank.db import make_engine
 from demo_bank.outsider import OutsiderReport, outsider_invariant, run_outsider
 from demo_bank.plan import BOB_ACCOUNTS, OPENING_BALANCE, SMITH_ACCOUNTS, Plan, make_plan
+from demo_bank.processes import Service
 from demo_bank.proof import (
     BankView,
     BrokerView,
@@ -240,23 +241,25 @@ def _fire(name: str, cluster: Cluster, traffic: Traffic, seed: int, say: Any) ->
     if name == "kill-bob":
         traffic.kill_bob_after_commit(seed)
     elif name == "kill-smith":
-        pid = cluster.smith.pid
-        began = time.monotonic()
-        cluster.smith.kill()
-        cluster.smith.start()
+        pid, seconds = _kill_and_restart(cluster.smith)
         say(
-            f"Smith (pid {pid}) SIGKILLed mid-batch; restarted in "
-            f"{time.monotonic() - began:.1f}s: its credits committed but not acked come again"
+            f"Smith (pid {pid}) SIGKILLed mid-batch; restarted in {seconds:.1f}s: its credits "
+            "committed but not acked come again"
         )
     elif name == "restart-broker":
-        pid = cluster.broker.pid
-        began = time.monotonic()
-        cluster.broker.kill()
-        cluster.broker.start()
+        pid, seconds = _kill_and_restart(cluster.broker)
         say(
-            f"broker (pid {pid}) SIGKILLed and restarted in {time.monotonic() - began:.1f}s "
+            f"broker (pid {pid}) SIGKILLed and restarted in {seconds:.1f}s "
             "(Bob and Smith ride through on their retries)"
         )
+
+
+def _kill_and_restart(service: Service) -> tuple[int | None, float]:
+    """SIGKILL ``service`` and start it again: the pid it had, and the seconds that took."""
+    pid, began = service.pid, time.monotonic()
+    service.kill()
+    service.start()
+    return pid, time.monotonic() - began
 
 
 def _outsider(cluster: Cluster, broker_db: str, say: Any) -> OutsiderReport:

@@ -8,8 +8,6 @@ operator once the account is opened."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -18,7 +16,7 @@ from fastapi import FastAPI
 from sqlalchemy import insert, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from demo_bank.accounts import ledger_router
+from demo_bank.accounts import bank_app
 from demo_bank.bob import BROKER_RETRY
 from demo_bank.db import make_engine
 from demo_bank.faults import FlakyCredits
@@ -90,14 +88,6 @@ def create_app(settings: BankSettings, *, transport: httpx.BaseTransport | None 
     sessions = sessionmaker(engine)
     flaky = FlakyCredits(settings.flaky_percent if settings.faults else 0.0, settings.seed)
     consumer = build_consumer(settings, sessions, flaky, transport)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with halfmq_lifespan(consumer)(app):
-            yield
-        engine.dispose()
-
-    app = FastAPI(title="Smith's bank", lifespan=lifespan)
-    app.include_router(ledger_router(sessions))
+    app = bank_app("Smith's bank", engine, sessions, halfmq_lifespan(consumer))
     app.state.consumer = consumer
     return app
