@@ -181,33 +181,30 @@ def _jdbc_transactions(reader: JdbcReader, window: Window) -> DataFrame:
     return reader.by_predicates(sql, predicates)
 
 
+def _stored_in(window: Window, condition: str) -> str:
+    """The messages stored in the span the job reads that meet ``condition``, as a WHERE."""
+    return f"stored_at >= {window.read_from} AND stored_at < {window.horizon} AND {condition}"
+
+
+def _messages_where(where: str) -> str:
+    return f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages WHERE {where}"
+
+
 def _jdbc_messages(reader: JdbcReader, window: Window) -> DataFrame:
-    where = (
-        f"stored_at >= {window.read_from} AND stored_at < {window.horizon} "
-        "AND transaction_id IS NOT NULL"
-    )
-    sql = f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages WHERE {where}"
-    return reader.partitioned(sql, "id", reader.bounds("messages", "id", where))
+    where = _stored_in(window, "transaction_id IS NOT NULL")
+    return reader.partitioned(_messages_where(where), "id", reader.bounds("messages", "id", where))
 
 
 def _jdbc_dlq(reader: JdbcReader, window: Window) -> DataFrame:
-    sql = (
-        f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages "
-        f"WHERE stored_at >= {window.read_from} AND stored_at < {window.horizon} "
-        f"AND substr(topic, 1, {len(DLQ_PREFIX)}) = '{DLQ_PREFIX}'"
-    )
-    return reader.query(sql)
+    dead = f"substr(topic, 1, {len(DLQ_PREFIX)}) = '{DLQ_PREFIX}'"
+    return reader.query(_messages_where(_stored_in(window, dead)))
 
 
 def _jdbc_scheduled(reader: JdbcReader, window: Window) -> DataFrame:
     """Delayed transactional messages still parked (a range of the ``(topic, deliver_at)``
     index)."""
-    sql = (
-        f"SELECT {_quoted(list(MESSAGE_COLUMNS))} FROM messages "
-        f"WHERE topic = '{SCHEDULE_TOPIC}' AND transaction_id IS NOT NULL "
-        f"AND stored_at >= {window.read_from} AND stored_at < {window.horizon}"
-    )
-    return reader.query(sql)
+    parked = f"topic = '{SCHEDULE_TOPIC}' AND transaction_id IS NOT NULL"
+    return reader.query(_messages_where(_stored_in(window, parked)))
 
 
 def _jdbc_acks(reader: JdbcReader, window: Window) -> DataFrame:

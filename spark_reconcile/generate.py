@@ -174,15 +174,19 @@ def _message(
     *,
     slot: int,
     topic: Column,
-    queue_id: Column,
-    offset: Column,
     stored_at: Column,
     properties: dict[str, str] | Column,
+    queue_id: Column | None = None,
+    offset: Column | None = None,
     tags: str = "TagA",
     dedup: bool = False,
     origin_slot: int | None = None,
 ) -> DataFrame:
+    """Row ``slot`` of each transaction's messages.  Without ``queue_id`` and ``offset``, in a
+    topic of one queue: queue 0, at the transaction's row number."""
     props = F.lit(json.dumps(properties)) if isinstance(properties, dict) else properties
+    queue_id = F.lit(0) if queue_id is None else queue_id
+    offset = F.col("i") if offset is None else offset
     null = F.lit(None).cast("long")
     return b.select(
         (F.col("i") * 4 + slot).alias("id"),
@@ -213,13 +217,10 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
     op_props = F.to_json(
         F.create_map(F.lit("DECISION"), decision, F.lit("RESOLVED_BY"), F.lit("producer"))
     )
-    zero = F.lit(0)
     half = _message(
         b,
         slot=1,
         topic=F.lit(HALF_TOPIC),
-        queue_id=zero,
-        offset=F.col("i"),
         stored_at=F.col("created"),
         properties=half_props,
         dedup=True,
@@ -228,8 +229,6 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
         b.where(_where(lambda s: s.decision is not None)),
         slot=2,
         topic=F.lit(OP_TOPIC),
-        queue_id=zero,
-        offset=F.col("i"),
         stored_at=F.col("resolved"),
         properties=op_props,
         tags="d",
@@ -259,8 +258,6 @@ def messages(b: DataFrame, spec: Synthetic) -> DataFrame:
         b.where(_where(lambda s: s.dead_letter)),
         slot=4,
         topic=F.lit(f"{DLQ_PREFIX}{GROUP}"),
-        queue_id=zero,
-        offset=F.col("i"),
         stored_at=F.col("resolved") + 60_000,
         properties=real_props,
         origin_slot=3,
