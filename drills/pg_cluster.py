@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from urllib.parse import quote
 
 import psycopg
@@ -155,12 +154,7 @@ class PgCluster:
     def __enter__(self) -> PgCluster:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:  # closed whatever the exception
         self.close()
 
     @property

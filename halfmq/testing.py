@@ -224,12 +224,7 @@ class InProcessBroker:
         self._transport = SyncASGIBridge(self._manager.app, loop)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:  # stopped whatever the exception
         try:
             if self._transport is not None:
                 self._transport.cancel_pending()
