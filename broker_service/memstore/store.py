@@ -14,25 +14,14 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from broker_service.domain.errors import NotReady, Unauthenticated
+from broker_service.domain.errors import NotReady
 from broker_service.domain.ports import Readiness, Store, StoreProbe, StoreTx, UnitRunner
+from broker_service.domain.ports.nonces import NonceKey, replayed_error
 from broker_service.domain.ports.retention import StoreUpkeep
 from broker_service.memstore.state import State
 from broker_service.memstore.tx import MemoryTx
 
 T = TypeVar("T")
-
-NonceKey = tuple[str, str, int]  # (access_key, nonce, signed_at: the signed timestamp, ms)
-
-
-def replayed(nonce: NonceKey) -> Unauthenticated:
-    """What a second use of a signed request's nonce is answered (as by the SQL store)."""
-    return Unauthenticated(
-        "this request's nonce was already used: a replayed request is refused; sign each "
-        "request with a new nonce",
-        code="NONCE_REPLAYED",
-        access_key=nonce[0],
-    )
 
 
 class MemoryStore:
@@ -66,7 +55,7 @@ class MemoryStore:
     def _remember(self, nonce: NonceKey) -> None:
         tx = MemoryTx(self.state)
         if not tx.remember_nonces([nonce])[0]:
-            raise replayed(nonce)
+            raise replayed_error(nonce)
         tx.commit()
 
     async def read(self, unit: Callable[[StoreTx], T]) -> T:
