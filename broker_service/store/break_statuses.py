@@ -4,6 +4,7 @@ reconciliation, upserted by the console, read by break id (the job reads the tab
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from sqlalchemy import select
 
@@ -15,19 +16,10 @@ _CHUNK = 500  # ids per IN list: well under SQLite's limit of bound parameters
 
 
 class BreakStatusPart(SqlPart):
+    # A status's row has the record's fields for columns.
+
     def set_break_status(self, status: BreakStatus) -> None:
-        values = {
-            "break_id": status.break_id,
-            "status": status.status,
-            "note": status.note,
-            "kind": status.kind,
-            "report": status.report,
-            "actor": status.actor,
-            "updated_at": status.updated_at,
-        }
-        stmt = self._insert()(statuses).values(**values)
-        changed = {name: stmt.excluded[name] for name in values if name != "break_id"}
-        self.conn.execute(stmt.on_conflict_do_update(index_elements=["break_id"], set_=changed))
+        self._upsert(statuses, "break_id", asdict(status))
 
     def break_statuses(self, break_ids: Sequence[str]) -> dict[str, BreakStatus]:
         found: dict[str, BreakStatus] = {}
@@ -35,13 +27,5 @@ class BreakStatusPart(SqlPart):
         for i in range(0, len(ids), _CHUNK):
             query = select(statuses).where(statuses.c.break_id.in_(ids[i : i + _CHUNK]))
             for row in self.conn.execute(query):
-                found[row.break_id] = BreakStatus(
-                    break_id=row.break_id,
-                    status=row.status,
-                    note=row.note,
-                    kind=row.kind,
-                    report=row.report,
-                    actor=row.actor,
-                    updated_at=int(row.updated_at),
-                )
+                found[row.break_id] = BreakStatus(**row._mapping)
         return found

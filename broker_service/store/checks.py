@@ -18,9 +18,10 @@ from broker_service.domain.transactions.model import ProducerInstance, Transacti
 from broker_service.store import rows
 from broker_service.store.part import SqlPart
 from broker_service.store.schema import producers, transactions
+from broker_service.store.statements import OPEN_STATES as _OPEN
+from broker_service.store.statements import OUT_OF_CHECKS
 
 t = transactions.c
-_OPEN = ("PREPARED", "DISCARDED")
 
 # ``next_check_at`` is set only while a half is open (PREPARED, or DISCARDED and forced by an
 # operator); every way out of those states clears it.  So this lookup needs no state condition --
@@ -38,64 +39,49 @@ _live_producers = select(producers).where(
     producers.c.last_heartbeat_at >= bindparam("since"),
 )
 
+# An open half, by its id: the updates of its checks.
+_update_open = update(transactions).where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
+# A check counted: one more, now, and reaching its instance.
+_COUNTED = {
+    "check_times": t.check_times + 1,
+    "last_checked_at": bindparam("b_now"),
+    "undelivered_since": None,
+}
+
 # A claimed check goes to an instance; nothing is counted until the instance has it.
-_assign = (
-    update(transactions)
-    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
-    .values(
-        check_client_id=bindparam("b_client"),
-        check_pending_pull=bindparam("b_pull"),
-        next_check_at=bindparam("b_until"),
-        claimed_until=bindparam("b_until"),
-        claimed_by=bindparam("b_by"),
-    )
+_assign = _update_open.values(
+    check_client_id=bindparam("b_client"),
+    check_pending_pull=bindparam("b_pull"),
+    next_check_at=bindparam("b_until"),
+    claimed_until=bindparam("b_until"),
+    claimed_by=bindparam("b_by"),
 )
 
 # A push check reached its instance (an answer, an error status, a time-out after sending).
-_count = (
-    update(transactions)
-    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
-    .values(
-        check_times=t.check_times + 1,
-        last_checked_at=bindparam("b_now"),
-        undelivered_since=None,
-        last_check_error=bindparam("b_error"),
-        last_check_error_at=bindparam("b_error_at"),
-    )
+_count = _update_open.values(
+    **_COUNTED,
+    last_check_error=bindparam("b_error"),
+    last_check_error_at=bindparam("b_error_at"),
 )
 
 # A check that reached nobody: remembered and reported, not counted.
-_undelivered = (
-    update(transactions)
-    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
-    .values(
-        last_check_error=bindparam("b_error"),
-        last_check_error_at=bindparam("b_now"),
-        undelivered_since=func.coalesce(t.undelivered_since, bindparam("b_now")),
-    )
-    .returning(t.undelivered_since)
-)
+_undelivered = _update_open.values(
+    last_check_error=bindparam("b_error"),
+    last_check_error_at=bindparam("b_now"),
+    undelivered_since=func.coalesce(t.undelivered_since, bindparam("b_now")),
+).returning(t.undelivered_since)
 
-_reachable = (
-    update(producers)
-    .where(
-        producers.c.producer_group == bindparam("b_group"),
-        producers.c.client_id == bindparam("b_client"),
-        producers.c.unreachable_until.is_not(None),
-    )
-    .values(unreachable_until=None)
+_update_instance = update(producers).where(
+    producers.c.producer_group == bindparam("b_group"),
+    producers.c.client_id == bindparam("b_client"),
 )
-_unreachable = (
-    update(producers)
-    .where(
-        producers.c.producer_group == bindparam("b_group"),
-        producers.c.client_id == bindparam("b_client"),
-    )
-    .values(
-        unreachable_until=bindparam("b_until"),
-        last_error=bindparam("b_error"),
-        last_error_at=bindparam("b_now"),
-    )
+_reachable = _update_instance.where(producers.c.unreachable_until.is_not(None)).values(
+    unreachable_until=None
+)
+_unreachable = _update_instance.values(
+    unreachable_until=bindparam("b_until"),
+    last_error=bindparam("b_error"),
+    last_error_at=bindparam("b_now"),
 )
 
 _undelivered_before = (
@@ -104,16 +90,8 @@ _undelivered_before = (
     .where(t.undelivered_since <= bindparam("before"), t.state.in_(_OPEN))
 )
 
-_schedule = (
-    update(transactions)
-    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
-    .values(
-        next_check_at=bindparam("b_at"),
-        claimed_by=None,
-        claimed_until=None,
-        check_pending_pull=False,
-    )
-)
+# The half's next check at ``b_at``: unclaimed, no pull pending.
+_schedule = _update_open.values({**OUT_OF_CHECKS, "next_check_at": bindparam("b_at")})
 
 _discard = (
     update(transactions)
@@ -122,10 +100,7 @@ _discard = (
         state="DISCARDED",
         discarded_at=bindparam("b_at"),
         discard_reason=bindparam("b_reason"),
-        next_check_at=None,
-        claimed_by=None,
-        claimed_until=None,
-        check_pending_pull=False,
+        **OUT_OF_CHECKS,
     )
 )
 
@@ -146,10 +121,8 @@ _mark_pulled = (
     update(transactions)
     .where(t.transaction_id == bindparam("b_id"), t.check_pending_pull.is_(True))
     .values(
+        **_COUNTED,
         check_pending_pull=False,
-        check_times=t.check_times + 1,
-        last_checked_at=bindparam("b_now"),
-        undelivered_since=None,
         next_check_at=bindparam("b_next"),
         claimed_until=bindparam("b_next"),
     )
@@ -167,10 +140,8 @@ _finish_discarded = (
     .values(next_check_at=None, claimed_by=None, claimed_until=None)
 )
 
-_force = (
-    update(transactions)
-    .where(t.transaction_id == bindparam("b_id"), t.state.in_(_OPEN))
-    .values(next_check_at=bindparam("b_now"), check_pending_pull=False, claimed_by=None)
+_force = _update_open.values(
+    next_check_at=bindparam("b_now"), check_pending_pull=False, claimed_by=None
 )
 
 _claim_of = select(t.claimed_by, t.claimed_until).where(t.transaction_id == bindparam("id"))

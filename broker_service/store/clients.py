@@ -21,9 +21,7 @@ class ClientPart(SqlPart):
             "settings": profile.settings,
             "updated_at": profile.updated_at,
         }
-        stmt = self._insert()(grpc_clients).values(**values)
-        changed = {name: stmt.excluded[name] for name in values if name != "client_id"}
-        self.conn.execute(stmt.on_conflict_do_update(index_elements=["client_id"], set_=changed))
+        self._upsert(grpc_clients, "client_id", values)
 
     def get_clients(self, client_ids: Sequence[str]) -> dict[str, ClientProfile]:
         if not client_ids:

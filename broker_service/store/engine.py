@@ -303,9 +303,7 @@ def make_claims_engine(url: str, *, pool_size: int = 5, durable: bool = False) -
     without a ``SET LOCAL`` round trip of its own.  No pre-ping: the units retry on a fresh
     connection when one is found dead, which saves a round trip per unit.
     """
-    engine = create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, hide_parameters=HIDE_PARAMETERS
-    )
+    engine = create_engine(url, **_pool(False, pool_size))
     if not durable:
         _commit_asynchronously(engine)
     return engine
@@ -321,15 +319,22 @@ def _commit_asynchronously(engine: Engine) -> None:
         dbapi_conn.commit()
 
 
+def _pool(writer: bool, pool_size: int) -> dict[str, Any]:
+    """An engine's pool: the writer's one connection, or ``pool_size`` and as many again."""
+    return {
+        "pool_size": 1 if writer else pool_size,
+        "max_overflow": 0 if writer else pool_size,
+        "hide_parameters": HIDE_PARAMETERS,
+    }
+
+
 def _sqlite_engine(
     url: str, *, flush: Flush, writer: bool, pool_size: int, sync_apart: bool = False
 ) -> Engine:
     engine = create_engine(
         url,
-        pool_size=1 if writer else pool_size,
-        max_overflow=0 if writer else pool_size,
+        **_pool(writer, pool_size),
         connect_args={"check_same_thread": False, "timeout": 30},
-        hide_parameters=HIDE_PARAMETERS,
         # The writer's connection always ends its transaction itself (commit, or rollback on an
         # error): no reset when it goes back to the pool.
         pool_reset_on_return=None if writer else "rollback",
@@ -370,12 +375,10 @@ def _postgres_engine(
 ) -> Engine:
     engine = create_engine(
         url,
-        pool_size=1 if writer else pool_size,
-        max_overflow=0 if writer else pool_size,
+        **_pool(writer, pool_size),
         # The writer runs again, on a fresh connection, the units of a batch that failed (see
         # store/writer.py): a ping before each batch would cost a round trip for nothing.
         pool_pre_ping=not writer,
-        hide_parameters=HIDE_PARAMETERS,
     )
     if writer and (flush is Flush.ASYNC or sync_apart):
         _commit_asynchronously(engine)

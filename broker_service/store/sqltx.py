@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from sqlalchemy import Connection, and_, delete, func, insert, select
 
 from broker_service.domain.messages.model import (
@@ -304,17 +303,34 @@ class SqlTx(
         PostgreSQL another broker's insert of the same key meets the unique index, as it would
         after a lookup of its own), what the batch stores is entered as it is flushed, and a
         purge of messages forgets it all."""
-        wanted = [k for k in dict.fromkeys(dedup_keys) if k not in self._sent_ahead]
+        self._look_ahead(
+            sql.sent_by_dedup_keys_ahead,
+            "dedup_key",
+            dedup_keys,
+            self._sent_ahead,
+            rows.stored_message,
+        )
+
+    def _look_ahead(
+        self,
+        lookup: sql.ByKeys,
+        column: str,
+        keys: Sequence[str],
+        known: dict[str, Any],
+        value: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
+        """Enter in ``known`` each of ``keys`` it lacks: its row (``value`` of it), None if
+        there is none."""
+        wanted = [k for k in dict.fromkeys(keys) if k not in known]
         if not wanted:
             return
-        if self._postgres:
-            found_rows = sql.sent_by_dedup_keys_pg.all(self.conn, {"keys": wanted})
+        found_rows = lookup.all(self.conn, self._postgres, wanted)
+        if value is None:
+            found = {row[column]: row for row in found_rows}
         else:
-            keys_json = orjson.dumps(wanted).decode()
-            found_rows = sql.sent_by_dedup_keys_sqlite.all(self.conn, {"keys_json": keys_json})
-        found = {row["dedup_key"]: rows.stored_message(row) for row in found_rows}
+            found = {row[column]: value(row) for row in found_rows}
         for key in wanted:
-            self._sent_ahead[key] = found.get(key)
+            known[key] = found.get(key)
 
     def purge_queue_head(self, *args: Any, **kwargs: Any) -> Any:
         self._sent_ahead.clear()  # messages deleted: ask the store again
@@ -458,17 +474,9 @@ class SqlTx(
     def read_ahead(self, transaction_ids: Sequence[str]) -> None:
         """Look up in one statement the transactions the units of a batch are about to resolve:
         on PostgreSQL each lookup is a round trip the group-commit writer would wait for in turn."""
-        wanted = [t for t in dict.fromkeys(transaction_ids) if t not in self._read_ahead]
-        if not wanted:
-            return
-        if self._postgres:
-            found_rows = sql.transactions_with_halves_pg.all(self.conn, {"ids": wanted})
-        else:
-            ids_json = orjson.dumps(wanted).decode()
-            found_rows = sql.transactions_with_halves_sqlite.all(self.conn, {"ids_json": ids_json})
-        found = {row["transaction_id"]: row for row in found_rows}
-        for transaction_id in wanted:
-            self._read_ahead[transaction_id] = found.get(transaction_id)
+        self._look_ahead(
+            sql.transactions_with_halves, "transaction_id", transaction_ids, self._read_ahead
+        )
 
     def transaction_with_half(
         self, transaction_id: str

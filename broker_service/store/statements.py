@@ -7,8 +7,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     BigInteger,
+    Connection,
     String,
     and_,
     any_,
@@ -43,6 +45,36 @@ from broker_service.store.schema import (
 OPEN_STATES = ("PREPARED", "DISCARDED")
 # Spelled out: an IN list of literals compiles to a per-call expanding parameter.
 OPEN_STATE = text("transactions.state IN ('PREPARED', 'DISCARDED')")
+
+
+class ByKeys:
+    """``base`` for many values of its string ``column`` at once, compiled once: the values as
+    one array on PostgreSQL (``= ANY``; ``pg_base`` there, if it has a form of its own), as one
+    JSON array on SQLite (``IN json_each``)."""
+
+    def __init__(
+        self, base: Select[Any], column: ColumnElement[Any], pg_base: Select[Any] | None = None
+    ) -> None:
+        listed: Select[Any] = select(literal_column("value")).select_from(
+            func.json_each(bindparam("json"))
+        )
+        self.sqlite = Prepared(base.where(column.in_(listed)))
+        keys = bindparam("keys", type_=postgresql.ARRAY(String))
+        self.pg = Prepared((base if pg_base is None else pg_base).where(column == any_(keys)))
+
+    def all(self, conn: Connection, postgres: bool, keys: list[str]) -> list[dict[str, Any]]:
+        if postgres:
+            return self.pg.all(conn, {"keys": keys})
+        return self.sqlite.all(conn, {"json": orjson.dumps(keys).decode()})
+
+
+# What a half leaving check-back (resolved, discarded) sets: no next check, no claim, no pull.
+OUT_OF_CHECKS: dict[str, Any] = {
+    "next_check_at": None,
+    "claimed_by": None,
+    "claimed_until": None,
+    "check_pending_pull": False,
+}
 
 topic_by_name = Prepared(select(topics).where(topics.c.name == bindparam("name")))
 
@@ -103,20 +135,8 @@ sent_by_dedup_keys = select(messages).where(
     messages.c.dedup_key.in_(bindparam("keys", expanding=True))
 )
 
-# The same for every dedup key a group commit's units will look for (see SqlTx.read_ahead_sent):
-# compiled once, the keys as one JSON array on SQLite and one array on PostgreSQL.
-sent_by_dedup_keys_sqlite = Prepared(
-    select(messages).where(
-        messages.c.dedup_key.in_(
-            select(literal_column("value")).select_from(func.json_each(bindparam("keys_json")))
-        )
-    )
-)
-sent_by_dedup_keys_pg = Prepared(
-    select(messages).where(
-        messages.c.dedup_key == any_(bindparam("keys", type_=postgresql.ARRAY(String)))
-    )
-)
+# The same for every dedup key a group commit's units will look for (see SqlTx.read_ahead_sent).
+sent_by_dedup_keys_ahead = ByKeys(select(messages), messages.c.dedup_key)
 
 message_at = Prepared(
     select(messages).where(
@@ -173,18 +193,8 @@ transaction_with_half_pg = Prepared(
     _transaction_and_half_pg.where(transactions.c.transaction_id == bindparam("transaction_id"))
 )
 # The same for every transaction a group commit's units will resolve (see SqlTx.read_ahead).
-# SQLite: the ids as one JSON array (json_each), so that the statement is compiled once too.
-transactions_with_halves_sqlite = Prepared(
-    _transaction_and_half.where(
-        transactions.c.transaction_id.in_(
-            select(literal_column("value")).select_from(func.json_each(bindparam("ids_json")))
-        )
-    )
-)
-transactions_with_halves_pg = Prepared(
-    _transaction_and_half_pg.where(
-        transactions.c.transaction_id == any_(bindparam("ids", type_=postgresql.ARRAY(String)))
-    )
+transactions_with_halves = ByKeys(
+    _transaction_and_half, transactions.c.transaction_id, _transaction_and_half_pg
 )
 
 transaction_by_id = select(transactions).where(
@@ -202,10 +212,7 @@ resolve_transaction = Prepared(
         resolved_at=bindparam("b_at"),
         resolved_by=bindparam("b_by"),
         resolved_client=bindparam("b_client"),
-        next_check_at=None,
-        claimed_by=None,
-        claimed_until=None,
-        check_pending_pull=False,
+        **OUT_OF_CHECKS,
     )
 )
 
