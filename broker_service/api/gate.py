@@ -149,9 +149,7 @@ class AclGate:
         except AclError as error:
             await _refuse(scope, receive, send, error)
             return
-        over = self._over_rate(access_key)
-        if over is not None:
-            await over(scope, receive, send)
+        if await self._over_rate(access_key, scope, receive, send):
             return
         state = scope.setdefault("state", {})
         state["access_key"] = access_key
@@ -181,9 +179,7 @@ class AclGate:
                 await sessions.refused(scope, access_key, str(error.code))
             await _refuse(scope, receive, send, error)
             return
-        over = self._over_rate(access_key)
-        if over is not None:
-            await over(scope, receive, send)
+        if await self._over_rate(access_key, scope, receive, send):
             return
         scope.setdefault("state", {})["access_key"] = access_key
         await self.app(scope, _replay(body, receive), send)
@@ -197,16 +193,17 @@ class AclGate:
             _remember_entry(self._rules, (method, path), found)
         return found
 
-    def _over_rate(self, access_key: str) -> JSONResponse | None:
-        """429 with ``Retry-After`` when the access key is over its rate; None when it may go."""
+    async def _over_rate(self, access_key: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Whether the access key is over its rate: then answered 429 with ``Retry-After``."""
         wait = self.rates.wait_for(access_key)
         if wait <= 0:
-            return None
+            return False
         response = envelope(429, "RATE_LIMITED", f"access key {access_key!r} is over its rate "
                             f"of {self.rates.rate:g} requests a second",
                             retry_after_seconds=math.ceil(wait))  # fmt: skip
         response.headers["Retry-After"] = str(math.ceil(wait))
-        return response
+        await response(scope, receive, send)
+        return True
 
     def _remembering(self, nonce: RequestNonce, scope: Scope, send: Send) -> Send:
         """``send``, which first remembers the nonce of a request that wrote nothing (none of its

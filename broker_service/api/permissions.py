@@ -247,14 +247,20 @@ class TraceGuard:
             raise Forbidden(error.message, code=str(error.code), **error.detail) from None
 
 
-def trace_guard(request: Any) -> TraceGuard | None:
-    """The per-event guard of a trace report (a Starlette ``Request``); None without the ACL."""
+def _caller(request: Any) -> tuple[AclConfig, str, str] | None:
+    """The ACL's accounts, the request's access key and the client's address, that a guard
+    checks a request's needs with (a Starlette ``Request``); None without the ACL."""
     acl = getattr(request.app.state, "acl", None)
     access_key = getattr(request.state, "access_key", None)
     if acl is None or access_key is None:
         return None
-    address = request.client.host if request.client else ""
-    return TraceGuard(acl.config, access_key, address)
+    return acl.config, access_key, request.client.host if request.client else ""
+
+
+def trace_guard(request: Any) -> TraceGuard | None:
+    """The per-event guard of a trace report (a Starlette ``Request``); None without the ACL."""
+    caller = _caller(request)
+    return None if caller is None else TraceGuard(*caller)
 
 
 @dataclass(slots=True)
@@ -311,12 +317,8 @@ class ItemGuard:
 def item_guard(request: Any) -> ItemGuard | None:
     """The per-item guard of a request answered item by item (a Starlette ``Request``); None
     without the ACL."""
-    acl = getattr(request.app.state, "acl", None)
-    access_key = getattr(request.state, "access_key", None)
-    if acl is None or access_key is None:
-        return None
-    address = request.client.host if request.client else ""
-    return ItemGuard(acl.config, access_key, address)
+    caller = _caller(request)
+    return None if caller is None else ItemGuard(*caller)
 
 
 def read_guard(request: Any) -> Callable[[str], bool] | None:
@@ -325,15 +327,13 @@ def read_guard(request: Any) -> Callable[[str], bool] | None:
     (:func:`broker_service.domain.messages.model.topic_of`), so that a half, a delayed, retry or
     dead-letter copy is read as its real topic's, never as the system topic's that holds it.
     None without the ACL or for an admin: every message is readable."""
-    acl = getattr(request.app.state, "acl", None)
-    access_key = getattr(request.state, "access_key", None)
-    if acl is None or access_key is None:
+    caller = _caller(request)
+    if caller is None:
         return None
-    config = acl.config
+    config, access_key, address = caller
     account = config.account(access_key)
     if account is not None and account.admin:
         return None  # an operator reads every message, op records (which name no topic) too
-    address = request.client.host if request.client else ""
 
     def may_read(topic: str) -> bool:
         try:

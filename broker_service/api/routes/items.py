@@ -12,9 +12,11 @@ what it is: one topic, stored whole or not at all.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
 
 from broker_service.api import convert
 from broker_service.api import permissions as rules
@@ -40,6 +42,23 @@ from broker_service.domain.transactions.model import Decision
 router = APIRouter(tags=["transactions"], responses=ERROR_RESPONSES)
 sends_router = APIRouter(tags=["topics"], responses=ERROR_RESPONSES)
 
+Body = TypeVar("Body", bound=BaseModel)
+One = TypeVar("One")
+
+
+async def _answered(
+    request: Request,
+    body_type: type[Body],
+    listed: Callable[[Body], Sequence[One]],
+    item: Callable[[Request, One, ItemGuard | None], Item],
+) -> Response:
+    """The request's body (a ``body_type``), each of the ones it lists made an ``item`` under
+    the request's guard, answered each on its own, in order."""
+    body = validated(await json_bytes(request), body_type)
+    guard = item_guard(request)
+    results = await answer_each(request, [item(request, one, guard) for one in listed(body)])
+    return convert.json_response({"results": results})
+
 
 @router.post(
     "/v1/transactions:batch", response_model=HalvesOut, openapi_extra=body_schema(HalvesIn)
@@ -48,10 +67,7 @@ sends_router = APIRouter(tags=["topics"], responses=ERROR_RESPONSES)
 async def send_halves(request: Request) -> Response:
     """Store many halves, each as ``POST /v1/transactions`` would, each answered on its own
     (``{"status": 201, "result": half}`` or ``{"status", "error"}``), in order."""
-    body = validated(await json_bytes(request), HalvesIn)
-    guard = item_guard(request)
-    results = await answer_each(request, [_half(request, half, guard) for half in body.halves])
-    return convert.json_response({"results": results})
+    return await _answered(request, HalvesIn, lambda body: body.halves, _half)
 
 
 def _half(request: Request, half: TransactionIn, guard: ItemGuard | None) -> Item:
@@ -73,10 +89,7 @@ async def decide_many(request: Request) -> Response:
     """Commit or roll back many halves, each as ``POST /v1/transactions/{id}/commit`` or
     ``/rollback`` would -- exactly one decision wins per transaction, a repeat answers the same --
     each answered on its own, in order."""
-    body = validated(await json_bytes(request), DecisionsIn)
-    guard = item_guard(request)
-    items = [_decision(request, decision, guard) for decision in body.decisions]
-    return convert.json_response({"results": await answer_each(request, items)})
+    return await _answered(request, DecisionsIn, lambda body: body.decisions, _decision)
 
 
 def _decision(request: Request, decision: DecisionItemIn, guard: ItemGuard | None) -> Item:
@@ -97,10 +110,7 @@ async def send_many(request: Request) -> Response:
     """Store many messages, each to its own topic as ``POST /v1/topics/{topic}/messages`` would,
     each answered on its own, in order (not all or nothing: that is the topic's
     ``messages:batch``)."""
-    body = validated(await json_bytes(request), SendsIn)
-    guard = item_guard(request)
-    items = [_send(request, message, guard) for message in body.messages]
-    return convert.json_response({"results": await answer_each(request, items)})
+    return await _answered(request, SendsIn, lambda body: body.messages, _send)
 
 
 def _send(request: Request, message: SendItemIn, guard: ItemGuard | None) -> Item:
