@@ -105,12 +105,8 @@ class Registry:
     async def register_producer(self, session: Session) -> None:
         """A producer's Settings: live in each of its groups now (it need not wait for its first
         heartbeat), and its checks pumped down its stream."""
-        if session.closed:
+        if not self.register(session):
             return
-        old = self.sessions.get(session.client_id)
-        if old is not None and old is not session:
-            self.close(old)
-        self.sessions[session.client_id] = session
         await self.heartbeat(session)
         for group in self.groups(session):  # a stream that opens is proof it can be reached
             await self.transactions.back_in_reach(group, session.client_id)
@@ -120,13 +116,15 @@ class Registry:
                 for group in self.groups(session)
             ]
 
-    def register(self, session: Session) -> None:
+    def register(self, session: Session) -> bool:
+        """The session is its client's (one it had before is closed); False if it has ended."""
         if session.closed:
-            return
+            return False
         old = self.sessions.get(session.client_id)
         if old is not None and old is not session:
             self.close(old)
         self.sessions[session.client_id] = session
+        return True
 
     async def heartbeat(self, session: Session) -> None:
         for group, topics in self.groups(session).items():
