@@ -14,7 +14,7 @@ key nor the signature the broker expected.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 # The codes are the wire contract's (docs/acl.md, "Errors"): one enum, with the status of each,
 # for the broker that refuses and the client that reads the refusal.
@@ -30,11 +30,16 @@ __all__ = [
 
 
 class AclError(Exception):
-    """A request the ACL refuses; ``status`` follows from ``code``."""
+    """A request the ACL refuses; ``status`` follows from ``code`` (a subclass's
+    ``codes_status`` is the one status its codes may have)."""
+
+    codes_status: ClassVar[int | None] = None
 
     def __init__(
         self, code: AclErrorCode, message: str, detail: dict[str, Any] | None = None
     ) -> None:
+        if self.codes_status is not None and code.status != self.codes_status:
+            raise ValueError(f"{code} is not a {self.codes_status} code")
         super().__init__(message)
         self.code = code
         self.status = code.status
@@ -48,23 +53,13 @@ class AclError(Exception):
 class AclUnauthenticated(AclError):
     """401: the broker cannot tell who sent the request, or the request is not fresh."""
 
-    def __init__(
-        self, code: AclErrorCode, message: str, detail: dict[str, Any] | None = None
-    ) -> None:
-        if code.status != 401:
-            raise ValueError(f"{code} is not a 401 code")
-        super().__init__(code, message, detail)
+    codes_status = 401
 
 
 class AclDenied(AclError):
     """403: the account is known and the signature good, but this request is not allowed."""
 
-    def __init__(
-        self, code: AclErrorCode, message: str, detail: dict[str, Any] | None = None
-    ) -> None:
-        if code.status != 403:
-            raise ValueError(f"{code} is not a 403 code")
-        super().__init__(code, message, detail)
+    codes_status = 403
 
 
 class AclFileError(ValueError):
