@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from broker_service.domain.errors import NotReady
-from broker_service.domain.ports import Readiness, Store, StoreProbe, StoreTx, UnitRunner
+from broker_service.domain.ports import (
+    Command,
+    Readiness,
+    Store,
+    StoreProbe,
+    StoreTx,
+    UnitRunner,
+)
 from broker_service.domain.ports.nonces import NonceKey, replayed_error
 from broker_service.domain.ports.retention import StoreUpkeep
 from broker_service.memstore.state import State
@@ -32,11 +39,17 @@ class MemoryStore:
         self.batches = 0  # write units committed (each is a batch of its own)
         self.units = 0
 
-    async def write(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
-        """Run ``unit`` and keep what it did, or, when it raises, nothing of it.  ``nonce``: a
-        signed request's, remembered before the unit runs, and kept whatever the unit does (as
-        the SQL store's group commit keeps it when a unit is refused); one seen before raises
-        ``Unauthenticated`` (``NONCE_REPLAYED``) and the unit does not run."""
+    async def write(
+        self, unit: Command[T] | Callable[[StoreTx], T], *, nonce: NonceKey | None = None
+    ) -> T:
+        """Run ``unit`` and keep what it did, or, when it raises, nothing of it.  Its nonce (the
+        command's ``nonce``, or ``nonce`` for a bare function): a signed request's, remembered
+        before the unit runs, and kept whatever the unit does (as the SQL store's group commit
+        keeps it when a unit is refused); one seen before raises ``Unauthenticated``
+        (``NONCE_REPLAYED``) and the unit does not run.  Nothing else of a command is read
+        ahead: its units run one at a time, each looking up what it needs."""
+        if nonce is None and isinstance(unit, Command):
+            nonce = unit.nonce
         async with self._lock:
             self._guard()
             if nonce is not None:

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from broker_service.domain.errors import DomainError, NotReady
-from broker_service.domain.ports import NonceKey, Readiness, dedup_keys_of, transactions_of
+from broker_service.domain.ports import Command, NonceKey, Readiness
 from broker_service.domain.retention.model import TABLES
 from broker_service.settings import BrokerSettings, Flush
 from broker_service.store import migrate
@@ -200,11 +200,12 @@ class SqlStore:
         if not self.schema_current:
             raise NotReady(f"the broker is not ready: {self.schema_reason}")
 
-    async def write(self, unit: Callable[[SqlTx], T], *, nonce: NonceKey | None = None) -> T:
+    async def write(
+        self, unit: Command[T] | Callable[[SqlTx], T], *, nonce: NonceKey | None = None
+    ) -> T:
+        """Through the group-commit writer, which plans its batch from the command's fields."""
         self._guard()
-        result: T = await self.writer.submit(
-            unit, transactions_of(unit), nonce, dedup_keys_of(unit)
-        )
+        result: T = await self.writer.submit(unit, nonce)
         return result
 
     async def read(self, unit: Callable[[SqlTx], T]) -> T:

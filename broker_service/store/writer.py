@@ -5,10 +5,14 @@ waiting (up to ``batch_max``), runs it in one store transaction, flushes the buf
 -- one fsync for the whole batch -- and only then answers every caller.  While it commits, the next
 batch gathers, so the batch size follows the load with no timer.
 
-A signed request's nonce rides with its unit: the batch's nonces are remembered in one statement
-before the units run, and a unit whose nonce was seen before is answered ``Replayed`` unrun.  The
-statement only counts what it inserted; when that falls short (a replay in the batch) the batch
-runs again, its nonces told apart one by one.
+A unit comes as a :class:`~broker_service.domain.ports.Command`, whose fields the writer plans the
+batch from: the transactions of its commands (``transaction_ids``) are read in one lookup, as are
+the earlier sends they look for (``dedup_keys``).  A bare function is a plain unit.
+
+A signed request's nonce (the command's ``nonce``) rides with its unit: the batch's nonces are
+remembered in one statement before the units run, and a unit whose nonce was seen before is
+answered ``Replayed`` unrun.  The statement only counts what it inserted; when that falls short (a
+replay in the batch) the batch runs again, its nonces told apart one by one.
 
 A unit that raises a :class:`DomainError` is dropped from the batch (its appends undone) and answered
 with the error.  In a batch of several units on PostgreSQL a resolution may be ``DEFERRED`` to the
@@ -68,6 +72,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from broker_service.domain.errors import Busy, DomainError, InvalidRequest, NotReady
 from broker_service.domain.ports.nonces import NonceKey, replayed_error
+from broker_service.domain.ports.store import Command
 from broker_service.store.engine import Covered, FlushNotAllowed, LogSync
 from broker_service.store.failures import (
     driver_message,
@@ -102,9 +107,9 @@ class _Job:
     unit: Callable[[SqlTx], Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
-    read_ahead: Sequence[str] = ()
+    read_ahead: Sequence[str] = ()  # the command's transaction_ids
     nonce: NonceKey | None = None
-    sent_ahead: Sequence[str] = ()
+    sent_ahead: Sequence[str] = ()  # the command's dedup_keys
     # PostgreSQL: the transaction id an attempt inserted this job's nonce under.  If that
     # attempt's COMMIT was lost with its connection and did land, a re-run finds the nonce stored
     # by that transaction: its own, not a replay's.
@@ -179,21 +184,28 @@ class GroupCommitWriter:
             self._flusher = None
 
     def submit(
-        self,
-        unit: Callable[[SqlTx], Any],
-        read_ahead: Sequence[str] = (),
-        nonce: NonceKey | None = None,
-        sent_ahead: Sequence[str] = (),
+        self, unit: Command[Any] | Callable[[SqlTx], Any], nonce: NonceKey | None = None
     ) -> asyncio.Future[Any]:
-        """Queue a unit of work; ``read_ahead``: transactions it will look up (what a
-        ``TransactionUnit`` names; see ``SqlTx.read_ahead``);
-        ``nonce``: the signed request's, remembered before the unit runs (refused if seen);
-        ``sent_ahead``: dedup keys it will look for (what a ``SendUnit`` names; see
-        ``SqlTx.read_ahead_sent``)."""
+        """Queue a unit of work, planned from what its command says: the transactions it will
+        look up (``transaction_ids``; see ``SqlTx.read_ahead``), the dedup keys it will look for
+        (``dedup_keys``; see ``SqlTx.read_ahead_sent``) and the signed request's ``nonce``,
+        remembered before the unit runs (refused if seen).  A bare function names nothing ahead;
+        ``nonce`` is its nonce."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
+        if isinstance(unit, Command):
+            job = _Job(
+                unit,
+                future,
+                loop,
+                unit.transaction_ids,
+                unit.nonce if nonce is None else nonce,
+                unit.dedup_keys,
+            )
+        else:
+            job = _Job(unit, future, loop, (), nonce)
         try:
-            self._queue.put_nowait(_Job(unit, future, loop, read_ahead, nonce, sent_ahead))
+            self._queue.put_nowait(job)
         except queue.Full:
             raise Busy("the broker's write queue is full; retry later") from None
         return future

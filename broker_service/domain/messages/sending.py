@@ -24,7 +24,7 @@ from broker_service.domain.messages.model import (
     Topic,
 )
 from broker_service.domain.messages.queues import QueueSelector
-from broker_service.domain.ports import MessageStore, SendUnit, StoreTx
+from broker_service.domain.ports import MessageStore, RequestNonce, Send, StoreTx, nonces
 
 Message = StoredMessage | PendingMessage
 
@@ -222,15 +222,22 @@ class Sender:
     # -- units of work -------------------------------------------------------------------------
 
     def send(
-        self, topic_name: str, drafts: Sequence[MessageDraft]
-    ) -> Callable[[StoreTx], list[SendReceipt]]:
-        """All the drafts are stored, in order, or none is."""
+        self,
+        topic_name: str,
+        drafts: Sequence[MessageDraft],
+        *,
+        nonce: RequestNonce | None = None,
+    ) -> Send[list[SendReceipt]]:
+        """All the drafts are stored, in order, or none is.  The command names the drafts'
+        client-made ids, whose earlier sends it looks for, so that a store may look for those of
+        a whole group commit at once; ``nonce``: the signed request's, taken
+        (:func:`~broker_service.domain.ports.nonces.take`) once its checks have passed."""
 
         names.check_user_topic(topic_name)
         for draft in drafts:
             self.check_draft(draft)
         if not any(draft.msg_id for draft in drafts):
-            return self._send_new(topic_name, drafts)
+            return Send(self._send_new(topic_name, drafts), topic_name, nonce=nonces.take(nonce))
 
         def unit(tx: MessageStore) -> list[SendReceipt]:
             topic = self.topic_for_send(tx, topic_name)
@@ -266,7 +273,8 @@ class Sender:
                 receipts[index] = receipt_for(first, duplicate=first is not message)
             return [r for r in receipts if r is not None]
 
-        return SendUnit(unit, tuple(dict.fromkeys(d.msg_id for d in drafts if d.msg_id)))
+        msg_ids = tuple(dict.fromkeys(d.msg_id for d in drafts if d.msg_id))
+        return Send(unit, topic_name, msg_ids, nonce=nonces.take(nonce))
 
     def _send_new(
         self, topic_name: str, drafts: Sequence[MessageDraft]
@@ -309,7 +317,9 @@ class Sender:
 
         return unit
 
-    def send_plain(self, topic_name: str, batch: PlainBatch) -> Callable[[StoreTx], PlainBatch]:
+    def send_plain(
+        self, topic_name: str, batch: PlainBatch, *, nonce: RequestNonce | None = None
+    ) -> Send[PlainBatch]:
         """A batch of bodies alone (see :class:`PlainBatch`), all stored, in order, or none.  Its
         ids are made here, on the caller's side of the group-commit writer; the unit only picks
         the queue (the send's round-robin pick, as for ``_send_new``) and stamps the store time."""
@@ -326,4 +336,4 @@ class Sender:
             tx.append_batch(batch)
             return batch
 
-        return unit
+        return Send(unit, topic_name, nonce=nonces.take(nonce))

@@ -58,15 +58,13 @@ class MessageService:
     async def send(
         self, topic: str, drafts: Sequence[MessageDraft], *, nonce: RequestNonce | None = None
     ) -> list[SendReceipt]:
-        return await self.store.write(self.sender.send(topic, drafts), nonce=nonces.take(nonce))
+        return await self.store.write(self.sender.send(topic, drafts, nonce=nonce))
 
     async def send_plain(
         self, topic: str, batch: PlainBatch, *, nonce: RequestNonce | None = None
     ) -> PlainBatch:
         """A batch of bodies alone: :meth:`send` without a record per message."""
-        return await self.store.write(
-            self.sender.send_plain(topic, batch), nonce=nonces.take(nonce)
-        )
+        return await self.store.write(self.sender.send_plain(topic, batch, nonce=nonce))
 
     async def release_due(self, limit: int) -> ReleaseReport:
         """Move up to ``limit`` delayed messages whose time has come into their real topics."""

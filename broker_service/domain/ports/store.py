@@ -1,22 +1,26 @@
 """The store as the domain uses it: units of work, and the transaction they run in.
 
-A *unit of work* is a plain function ``fn(tx: StoreTx) -> T``.  The store runs write units through
-:meth:`Store.write` -- many of them share one store commit (group commit), and each caller is answered
-only after that commit -- and read units through :meth:`Store.read`.  Inside a unit, what it appended is
-visible to later calls of the same batch; offsets of appended messages are filled in before commit.
+A *unit of work* runs in a store transaction: ``fn(tx: StoreTx) -> T``.  The store runs write
+units through :meth:`Store.write` -- many of them share one store commit (group commit), and each
+caller is answered only after that commit -- and read units through :meth:`Store.read`.  Inside a
+unit, what it appended is visible to later calls of the same batch; offsets of appended messages
+are filled in before commit.
 
 A write unit must do its checks before its first change: when it raises a :class:`DomainError`,
 the store drops what it appended and the batch goes on without it.
 
-What a unit may tell the store ahead is part of its type: a :class:`TransactionUnit` names the
-transactions it will look up, a :class:`SendUnit` the client-made ``msg_id`` values whose earlier sends
-it will look for (``find_sent``), so that a store may fetch those of many units at once.
+A write is a :class:`Command`, a record the store plans its batch from by reading its fields: the
+transactions it will look up (a :class:`Resolve`), the client-made ``msg_id`` values whose earlier
+sends it will look for (a :class:`Half`, a :class:`Send`), so that a store may fetch those of many
+units at once, and the signed request's ``nonce``.  A bare function is accepted too, as a plain
+:class:`Unit` whose nonce is :meth:`Store.write`'s keyword: the many small writes that name nothing
+ahead (creating a topic, a consumer's claim) stay functions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from broker_service.domain.ports.admin import AdminStore
@@ -36,8 +40,10 @@ from broker_service.domain.ports.messages import MessageStore
 from broker_service.domain.ports.nonces import NonceKey
 from broker_service.domain.ports.retention import RetentionStore
 from broker_service.domain.ports.transactions import TransactionStore
+from broker_service.domain.transactions.model import Decision, ResolvedBy
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class StoreTx(
@@ -62,55 +68,95 @@ class StoreTx(
 
 
 @dataclass(frozen=True, slots=True)
-class TransactionUnit(Generic[T]):
-    """A write unit that names, by id, the transactions it will look up (a commit or rollback)."""
+class Command(Generic[T]):
+    """A write unit as a record: ``run`` does the work, and the fields say what the group-commit
+    writer plans its batch from -- the transactions it will look up (``transaction_ids``), the
+    earlier sends it will look for (``dedup_keys``) and the signed request's ``nonce``.  Calling
+    the command runs it."""
 
     run: Callable[[StoreTx], T]
-    transaction_ids: tuple[str, ...]
+    nonce: NonceKey | None = field(default=None, kw_only=True)
+
+    @property
+    def transaction_ids(self) -> tuple[str, ...]:
+        """The transactions the unit will look up by id, which a store may read at once."""
+        return ()
+
+    @property
+    def dedup_keys(self) -> tuple[str, ...]:
+        """The client-made ``msg_id`` values whose earlier sends the unit will look for
+        (``find_sent``), which a store may read at once; ``find_sent`` stays exact either way."""
+        return ()
 
     def __call__(self, tx: StoreTx) -> T:
         return self.run(tx)
+
+    def wrapped(self, run: Callable[[StoreTx], U]) -> Command[U]:
+        """The same command doing ``run`` (which calls this one): for a store that wraps units."""
+        # replace() keeps the record's type: mypy cannot see the result's type parameter change.
+        return replace(self, run=run)  # type: ignore[arg-type,return-value]
 
 
 @dataclass(frozen=True, slots=True)
-class SendUnit(Generic[T]):
-    """A write unit that names the dedup keys (client-made ``msg_id`` values) it will look for with
-    ``find_sent`` (a half, a send that carries ids): the store may read those of a whole group
-    commit in one lookup.  What ``find_sent`` answers stays exact either way."""
-
-    run: Callable[[StoreTx], T]
-    dedup_keys: tuple[str, ...]
-
-    def __call__(self, tx: StoreTx) -> T:
-        return self.run(tx)
+class Unit(Command[T]):
+    """A write that names nothing ahead (a bare callable is run as one)."""
 
 
-def transactions_of(unit: Callable[[Any], object]) -> tuple[str, ...]:
-    """The transactions a unit said it will look up: none, unless it is a TransactionUnit."""
-    return unit.transaction_ids if isinstance(unit, TransactionUnit) else ()
+@dataclass(frozen=True, slots=True)
+class Resolve(Command[T]):
+    """A commit or rollback of one transaction (``by``: who decides; ``client``: the producer
+    instance that asks, if it says)."""
+
+    transaction_id: str
+    decision: Decision
+    by: ResolvedBy
+    client: str | None = None
+
+    @property
+    def transaction_ids(self) -> tuple[str, ...]:
+        return (self.transaction_id,)
 
 
-def dedup_keys_of(unit: Callable[[Any], object]) -> tuple[str, ...]:
-    """The dedup keys a unit said it will look for: none, unless it is a SendUnit."""
-    return unit.dedup_keys if isinstance(unit, SendUnit) else ()
+@dataclass(frozen=True, slots=True)
+class Half(Command[T]):
+    """A half message of a new transaction, and its client-made ``msg_id`` if it has one."""
+
+    topic: str
+    msg_id: str | None = None
+
+    @property
+    def dedup_keys(self) -> tuple[str, ...]:
+        return (self.msg_id,) if self.msg_id else ()
+
+
+@dataclass(frozen=True, slots=True)
+class Send(Command[T]):
+    """A send of messages to ``topic``; ``msg_ids``: their client-made ids, once each (none for
+    drafts without: nothing to look for)."""
+
+    topic: str
+    msg_ids: tuple[str, ...] = ()
+
+    @property
+    def dedup_keys(self) -> tuple[str, ...]:
+        return self.msg_ids
 
 
 def wrapped_like(
     unit: Callable[[Any], object], run: Callable[[StoreTx], T]
 ) -> Callable[[StoreTx], T]:
     """``run`` (which calls ``unit``) saying what ``unit`` said: for a store that wraps units."""
-    if isinstance(unit, TransactionUnit):
-        return TransactionUnit(run, unit.transaction_ids)
-    if isinstance(unit, SendUnit):
-        return SendUnit(run, unit.dedup_keys)
-    return run
+    return unit.wrapped(run) if isinstance(unit, Command) else run
 
 
 class Store(Protocol):
-    async def write(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
+    async def write(
+        self, unit: Command[T] | Callable[[StoreTx], T], *, nonce: NonceKey | None = None
+    ) -> T:
         """Run ``unit`` in a store transaction and commit (in a group commit).
 
-        ``nonce``: a signed request's, which the request's first write takes from its
+        The nonce, a signed request's (the command's field, or ``nonce`` for a bare function),
+        which the request's first write takes from its
         :class:`~broker_service.domain.ports.nonces.RequestNonce`: remembered in the same
         transaction before the unit runs; one seen before raises ``Unauthenticated``
         (``NONCE_REPLAYED``) and the unit does not run."""

@@ -38,13 +38,15 @@ from broker_service.domain.messages.model import (
 )
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.ports import (
+    Half,
     MessageStore,
+    RequestNonce,
+    Resolve,
     ResolveOutcome,
     RetentionStore,
-    SendUnit,
     StoreTx,
     TraceStore,
-    TransactionUnit,
+    nonces,
 )
 from broker_service.domain.transactions.model import (
     CHECKED,
@@ -100,9 +102,15 @@ class Transactions:
         producer_group: str,
         check_immunity_seconds: float | None = None,
         client_id: str | None = None,
-    ) -> Callable[[StoreTx], HalfReceipt]:
+        *,
+        nonce: RequestNonce | None = None,
+    ) -> Half[HalfReceipt]:
         """``client_id``: the producer instance that sends the half, when its transport says
-        (a gRPC client's id): kept in the half (``PROP_SENT_BY``), check-back asks it first."""
+        (a gRPC client's id): kept in the half (``PROP_SENT_BY``), check-back asks it first.
+        The command names the half's client-made ``msg_id``, whose earlier send it looks for,
+        so that a store may look for those of a whole group commit at once; ``nonce``: the
+        signed request's, taken (:func:`~broker_service.domain.ports.nonces.take`) once its
+        checks have passed."""
         names.check_name(producer_group, "producer group")
         names.check_user_topic(topic_name)
         self.sender.check_draft(draft)
@@ -174,9 +182,7 @@ class Transactions:
             )
             return HalfReceipt(transaction_id, half.msg_id, duplicate=False)
 
-        if draft.msg_id:  # its earlier send is looked for: say so, for a lookup per group commit
-            return SendUnit(unit, (draft.msg_id,))
-        return unit
+        return Half(unit, topic_name, draft.msg_id, nonce=nonces.take(nonce))
 
     def resolve(
         self,
@@ -191,10 +197,13 @@ class Transactions:
         pull_answer: bool = False,
         trace: bool = True,
         via: str | None = None,
-    ) -> TransactionUnit[Resolution]:
+        nonce: RequestNonce | None = None,
+    ) -> Resolve[Resolution]:
         """``may_end``: the caller's own condition on the transaction (the ACL's need on its
-        topic), checked once it is read; it raises a ``DomainError`` to refuse.  The unit names
-        the transaction it looks up, so that a store may read those of many commits at once.
+        topic), checked once it is read; it raises a ``DomainError`` to refuse.  The command
+        names the transaction it looks up, so that a store may read those of many commits at
+        once; ``nonce``: the signed request's, taken
+        (:func:`~broker_service.domain.ports.nonces.take`) once its checks have passed.
         ``actor``: an operator's access key (ACL on); ``client``: the producer instance that
         asks (its ``client_id``), kept by the resolving update itself (no statement more);
         ``pull_answer``: a pull instance answering its check, traced as ``CHECKED`` when
@@ -255,7 +264,7 @@ class Transactions:
                 latency,
             )
 
-        return TransactionUnit(unit, (transaction_id,))
+        return Resolve(unit, transaction_id, decision, by, client, nonce=nonces.take(nonce))
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -71,10 +71,10 @@ class TransactionService:
         """``client_id``: the sending instance, when its transport names it (check-back asks it
         first while it is live); ``nonce``: the signed request's
         (:mod:`broker_service.domain.ports.nonces`), as for every write a request makes."""
-        unit = self.transactions.prepare(
-            topic, draft, producer_group, check_immunity_seconds, client_id
+        half = self.transactions.prepare(
+            topic, draft, producer_group, check_immunity_seconds, client_id, nonce=nonce
         )
-        return await self.store.write(unit, nonce=nonces.take(nonce))
+        return await self.store.write(half)
 
     async def resolve(
         self,
@@ -96,7 +96,7 @@ class TransactionService:
         ``CHECKED`` event; ``via``: the protocol when not REST (``grpc``), in that event's
         detail."""
         trace = self.checkback.policy.trace
-        unit = self.transactions.resolve(
+        resolve = self.transactions.resolve(
             transaction_id,
             decision,
             producer_group,
@@ -107,8 +107,9 @@ class TransactionService:
             pull_answer=pull_answer,
             trace=trace,
             via=via,
+            nonce=nonce,
         )
-        return await self.store.write(unit, nonce=nonces.take(nonce))
+        return await self.store.write(resolve)
 
     async def get_transaction(self, transaction_id: str) -> TransactionRecord:
         def unit(tx: StoreTx) -> TransactionRecord:

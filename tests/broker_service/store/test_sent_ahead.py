@@ -16,7 +16,7 @@ from broker_service.domain.config import DomainConfig
 from broker_service.domain.errors import Conflict
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
-from broker_service.domain.ports import SendUnit, dedup_keys_of, transactions_of
+from broker_service.domain.ports import Half
 from broker_service.domain.transactions.halves import HalfReceipt, Transactions
 from broker_service.settings import Flush
 from broker_service.store.engine import make_engine
@@ -52,9 +52,7 @@ def _lookups(engine: Engine) -> list[str]:
 
 async def _group_commit(writer: GroupCommitWriter, units: list[Callable[[Any], Any]]) -> list[Any]:
     """``units`` queued before the writer runs, so that it takes them in one group commit."""
-    futures = [
-        writer.submit(unit, transactions_of(unit), None, dedup_keys_of(unit)) for unit in units
-    ]
+    futures = [writer.submit(unit) for unit in units]
     batches = writer.batches
     writer.start()
     try:
@@ -81,7 +79,7 @@ async def test_a_half_sent_twice_in_one_group_commit_and_again_in_the_next_is_on
     transactions = Transactions(Sender(CONFIG))
     units = [_half(transactions, m) for m in ["a", "b", "a", "c", "b", "a"]]
     units.append(_half(transactions, "a", b"other"))  # the same id, other content
-    assert all(isinstance(u, SendUnit) for u in units)
+    assert all(isinstance(u, Half) for u in units)
 
     first = await _group_commit(GroupCommitWriter(writer_engine), units)
 
@@ -116,7 +114,7 @@ async def test_a_send_with_client_ids_after_a_half_of_the_same_id_is_refused(
     sender = Sender(CONFIG)
     transactions = Transactions(sender)
     send = sender.send("t", [MessageDraft(b"m", msg_id="x"), MessageDraft(b"n", msg_id="y")])
-    assert dedup_keys_of(send) == ("x", "y")
+    assert send.dedup_keys == ("x", "y")
     answers = await _group_commit(
         GroupCommitWriter(writer_engine),
         [_half(transactions, "x"), send, _half(transactions, "y")],
