@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from spark_reconcile.summary import BreakFigures, Stakes, Summary
 
 ROWS_PER_KIND = 1000  # the report lists every anomaly up to this many of a kind (Parquet: all)
 TREND_DAYS = 30
+SIDE_BY_SIDE = 4  # threads running the run's independent small jobs at once
 
 
 def session_for(config: ReconcileConfig, driver_memory: str | None = "4g") -> SparkSession:
@@ -108,41 +111,52 @@ def _detect(
 
 
 def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = None) -> Summary:
+    """The day's run.  The anomalies are written first (the detection, the one big job); what
+    is read of them afterwards -- counts, match rates, breaks, their figures, the trend -- is
+    many small jobs that depend on them and not on each other, so they run side by side
+    (``SIDE_BY_SIDE`` threads), as do the reads that need no anomaly (the operators' statuses,
+    the sources' cut-offs) beside the detection: each small job's planning and scheduling is
+    driver time, and one after another they kept a core idle."""
     window = config.window
     policy = config.policy or default_policy(SEVERITY)
-    statuses, statuses_from = read_statuses(spark, config)
     kept: list[DataFrame] = []
 
     def keep(df: DataFrame) -> DataFrame:
         kept.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return kept[-1]
 
+    pool = ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="reconcile")
     try:
+        statuses = pool.submit(read_statuses, spark, config)
         detected, ledger, store = _detect(spark, config, window, keep)
+        scanned = pool.submit(stakes.scanned, store, ledger)
         found = keep(detected.repartition("kind"))
         load.write_anomalies(found, config.out, config.day)
-        counts, picked = load.counts_and_samples(found, ROWS_PER_KIND)
-        rates = stakes.match_rates(store.transactions, found)
+        counted = pool.submit(_counted, spark, config, found)
+        rates = pool.submit(stakes.match_rates, store.transactions, found)
+        groups = pool.submit(stakes.per_consumer_group, found)
+        by_id, statuses_from = statuses.result()
+        judged = _breaks(spark, config, found, ledger, keep, by_id, policy)
+        break_groups = pool.submit(load.break_groups, judged)
+        break_rows = load.break_rows(judged, ROWS_PER_KIND)
+        figures = BreakFigures.of(break_groups.result(), break_rows, statuses_from=statuses_from)
         at_stake = Stakes(
-            rates=rates,
-            consumer_groups=stakes.per_consumer_group(found),
-            cutoffs=stakes.cutoffs(store, ledger, rates),
+            rates=rates.result(),
+            consumer_groups=groups.result(),
+            cutoffs=stakes.cutoffs(scanned.result(), rates.result()),
         )
-        judged = _breaks(spark, config, found, ledger, keep, statuses, policy)
-        figures = BreakFigures.of(
-            *load.break_figures(judged, ROWS_PER_KIND), statuses_from=statuses_from
-        )
+        counts, picked, trend = counted.result()
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         for df in kept:
             df.unpersist()
-    load.write_counts(spark, counts, config.out, config.day)
     summary = Summary(
         day=config.day,
         source=_source(config),
         window=dataclasses.asdict(window),
         counts=counts,
         rows=picked,
-        trend=load.read_trend(spark, config.out, config.day, TREND_DAYS),
+        trend=trend,
         ledgers=tuple(s.name for s in config.ledgers),
         console_url=config.console_url,
         breaks=figures,
@@ -152,6 +166,16 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
     directory = report_dir or Path(config.out) / "report" / f"date={config.day.isoformat()}"
     write_report(summary, directory)
     return summary
+
+
+def _counted(
+    spark: SparkSession, config: ReconcileConfig, found: DataFrame
+) -> tuple[dict[str, int], dict[str, list[dict[str, Any]]], list[tuple[dt.date, dict[str, int]]]]:
+    """The day's count of every kind and the report's rows of each, the counts written to
+    ``OUT/summary/date=D``, and the trend read back (today's included)."""
+    counts, picked = load.counts_and_samples(found, ROWS_PER_KIND)
+    load.write_counts(spark, counts, config.out, config.day)
+    return counts, picked, load.read_trend(spark, config.out, config.day, TREND_DAYS)
 
 
 def _breaks(

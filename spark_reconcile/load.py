@@ -81,12 +81,9 @@ def read_trend(
 _STATE_ORDER = ("changed_kind", "still_open", "new", "resolved")  # carried first, then new
 
 
-def break_figures(
-    judged: DataFrame, per_kind: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def break_groups(judged: DataFrame) -> list[dict[str, Any]]:
     """The breaks counted by (kind, severity, state, status, age bucket, overdue) -- with the
-    amount at stake and the oldest age of each group -- and the first ``per_kind`` breaks of
-    each kind (the carried ones first, oldest first) for the report."""
+    amount at stake and the oldest age of each group."""
     groups = (
         judged.groupBy("kind", "severity", "state", "status", "age_bucket", "overdue")
         .agg(
@@ -96,6 +93,12 @@ def break_figures(
         )
         .collect()
     )
+    return [g.asDict() for g in groups]
+
+
+def break_rows(judged: DataFrame, per_kind: int) -> list[dict[str, Any]]:
+    """The first ``per_kind`` breaks of each kind (the carried ones first, oldest first) for the
+    report."""
     rank = F.create_map(*(x for i, s in enumerate(_STATE_ORDER) for x in (F.lit(s), F.lit(i))))
     order = Window.partitionBy("kind").orderBy(
         rank[F.col("state")], "first_seen", "created_at", "break_id"
@@ -106,4 +109,4 @@ def break_figures(
         .drop("n")
         .collect()
     )
-    return [g.asDict() for g in groups], [r.asDict() for r in rows]
+    return [r.asDict() for r in rows]

@@ -2,7 +2,8 @@
 anomalies per topic, producer group and consumer group, and each source's cut-off (the last row
 the run saw and when), so an operator knows what the verdict covers.
 
-DataFrame code; each figure is one small job whose result the driver collects.
+DataFrame code; each figure is one small job whose result the driver collects (the job runs
+them side by side).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def match_rates(transactions: DataFrame, found: DataFrame) -> list[dict[str, Any
     transactions against the broadcast set of the broken ones."""
     rows = (
         transactions.select("transaction_id", "topic", "producer_group", "created_at")
+        # The groups are few: one task folds the day's transactions into them as it reads them.
+        # Spread over tasks, the session's aggregation without a partial step (``session.py``)
+        # would shuffle every transaction to count them.
+        .coalesce(1)
         .join(F.broadcast(_broken(found)), "transaction_id", "left")
         .groupBy("topic", "producer_group")
         .agg(
@@ -56,12 +61,10 @@ def per_consumer_group(found: DataFrame) -> list[dict[str, Any]]:
     return sorted((r.asDict() for r in rows), key=lambda r: (r["consumer_group"], r["kind"]))
 
 
-def cutoffs(
-    store: StoreFrames, ledger: DataFrame | None, rates: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Each source's last row in the run's window: the newest message (its id and time), the
-    newest transaction of the day (from ``rates``: no second scan), each ledger's newest row,
-    and how many rows of each were read."""
+def scanned(store: StoreFrames, ledger: DataFrame | None) -> list[dict[str, Any]]:
+    """The cut-offs a scan finds: the newest message read (its id and time) and each ledger's
+    newest row, with how many rows of each were read.  Needs nothing the checks find, so the job
+    runs it beside the detection."""
     found: list[dict[str, Any]] = []
     messages = store.messages.agg(
         F.max("id").alias("last_id"),
@@ -70,14 +73,6 @@ def cutoffs(
     ).first()
     if messages is not None:
         found.append({"source": "store messages", **messages.asDict()})
-    found.append(
-        {
-            "source": "store transactions",
-            "last_id": None,
-            "last_at": max((r["last_at"] for r in rates if r["last_at"] is not None), default=None),
-            "rows": sum(int(r["transactions"]) for r in rates),
-        }
-    )
     if ledger is not None:
         for row in (
             ledger.groupBy("bank")
@@ -90,3 +85,17 @@ def cutoffs(
                  "rows": row["rows"]}
             )  # fmt: skip
     return found
+
+
+def cutoffs(read: list[dict[str, Any]], rates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each source's last row in the run's window: the store's messages and the ledgers as
+    ``scanned`` found them, and the newest transaction of the day between them (from ``rates``:
+    no second scan)."""
+    transactions = {
+        "source": "store transactions",
+        "last_id": None,
+        "last_at": max((r["last_at"] for r in rates if r["last_at"] is not None), default=None),
+        "rows": sum(int(r["transactions"]) for r in rates),
+    }
+    messages = [c for c in read if c["source"] == "store messages"]
+    return [*messages, transactions, *(c for c in read if c["source"] != "store messages")]
