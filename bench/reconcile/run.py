@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -183,9 +184,16 @@ def reconcile(
         args += ["--conf", setting]
     started = time.perf_counter()
     env = _event_log_env(event_log)
-    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    with subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as job:
+        meter = CpuMeter(job.pid)
+        stdout, stderr = job.communicate()
+        cpu = meter.stop()
     elapsed = time.perf_counter() - started
     log(f"  machine load average after the run: {os.getloadavg()[0]:.1f} (2 CPUs)")
+    log(f"  the job's processes used {cpu:.1f} s of CPU (Python and the driver's JVM)")
+    done = subprocess.CompletedProcess(args, job.returncode, stdout, stderr)
     if done.returncode != 2:
         raise SystemExit(f"reconcile exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     summary = json.loads((out / "report" / f"date={spec.day}" / "summary.json").read_text())
@@ -195,6 +203,52 @@ def reconcile(
     if found != planted_store:
         raise SystemExit(f"found {dict(found)}\nplanted {dict(planted_store)}")
     return elapsed
+
+
+class CpuMeter:
+    """The CPU time (user + system) of a process and its descendants, sampled from ``/proc``
+    every ``every`` s until ``stop``: on a shared machine the work a run did, where its wall
+    time is the neighbours' too.  (The job's JVM is never waited for by its parent, so the
+    rusage of children would miss it.)"""
+
+    def __init__(self, pid: int, every: float = 0.25) -> None:
+        self.pid, self.every = pid, every
+        self.seen: dict[int, float] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _tree(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry.name))
+        tree, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo += children.get(pid, [])
+        return tree
+
+    def _sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self.done.wait(self.every):
+            for pid in self._tree():
+                try:
+                    fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1]
+                except OSError:
+                    continue
+                utime, stime = fields.split()[11:13]
+                self.seen[pid] = (int(utime) + int(stime)) / tick
+
+    def stop(self) -> float:
+        self.done.set()
+        self.thread.join()
+        return sum(self.seen.values())
 
 
 def _ledger_kind(kind: str) -> bool:
