@@ -4,8 +4,9 @@ The nonce is a value handed down, never a global.  The adapter that verified the
 signature (the REST API's ACL gate) builds one :class:`RequestNonce` for the request and leaves it
 on the request (``request.state.nonce``); the route hands it to the domain service it calls
 (``nonce=``); the service hands each of its store writes what :func:`take` answers, which is the
-nonce's key for the request's first write and ``None`` after (``Store.write(unit,
-nonce=nonces.take(nonce))``, ``UnitRunner.run`` alike)::
+nonce's key for the request's first write and ``None`` after: a command's ``nonce`` field
+(``Send``, ``Half``, ``Resolve``, taken once their checks have passed), a bare function's
+``Store.write(unit, nonce=nonces.take(nonce))`` (``UnitRunner.run`` alike)::
 
     gate: RequestNonce(access_key, nonce, signed_at)       the request's record, not yet taken
       -> route: service.send(topic, drafts, nonce=request's)
