@@ -6,7 +6,10 @@ pgqueuer's own throughput benchmark on the same PostgreSQL in the same run as th
 For each store it starts a real broker process (flush=sync, the user's defaults) and, over loopback:
 
 * end to end   2 producer connections send batches of 32; 4 consumer clients receive up to 32 at a
-               time (long poll) and ack what they got.  The rate is messages acked per second.
+               time (long poll) and ack what they got.  The rate is messages acked per second,
+               and the broker's CPU (from /proc) per acked message.  Then the same again with
+               each batch's ack riding on the next receive (``POST .../ack-and-receive``: one
+               request a batch instead of two), a topic and group of its own.
 * wake-up      a receive long-polls an idle topic; a message is sent; the time from the send until
                the receive answers (p50 / p99 of 50).
 * backlog      ``--backlog`` messages are stored first, then 4 consumers drain them; the broker's
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -50,6 +54,9 @@ class Figures:
     store: str
     e2e_rate: float = 0.0
     e2e_sent: int = 0
+    e2e_cpu_ms: float = 0.0  # the broker's CPU per acked message
+    ride_rate: float = 0.0  # the same with the acks riding on the receives
+    ride_cpu_ms: float = 0.0
     wake_ms: list[float] = field(default_factory=list)
     drain_rate: float = 0.0
     rss_mb: list[float] = field(default_factory=list)
@@ -78,26 +85,45 @@ async def _setup(port: int, topic: str, group: str, queues: int = 4) -> None:
 
 
 async def _consumer(
-    port: int, group: str, name: str, stop: asyncio.Event, counts: list[int]
+    port: int, group: str, name: str, stop: asyncio.Event, counts: list[int], ride: bool
 ) -> None:
+    """Receive, ack what came; ``ride``: the ack goes with the next receive."""
     conn = await Connection.open("127.0.0.1", port)
     body = {"client_id": name, "max_messages": BATCH, "wait_seconds": 0.5}
+    path = f"/v1/consumer-groups/{group}"
+    handles: list[object] = []
     try:
         while not stop.is_set():
-            got = await _call(conn, f"/v1/consumer-groups/{group}/receive", body)
+            if handles:
+                ridden = {**body, "receipt_handles": handles}
+                got = await _call(conn, f"{path}/ack-and-receive", ridden)
+                counts[0] += len(handles)
+            else:
+                got = await _call(conn, f"{path}/receive", body)
             messages = got["messages"]
             assert isinstance(messages, list)
-            if not messages:
-                continue
             handles = [m["receipt_handle"] for m in messages]
-            await _call(conn, f"/v1/consumer-groups/{group}/ack", {"receipt_handles": handles})
-            counts[0] += len(handles)
+            if handles and not ride:
+                await _call(conn, f"{path}/ack", {"receipt_handles": handles})
+                counts[0] += len(handles)
+                handles = []
+        if handles:
+            await _call(conn, f"{path}/ack", {"receipt_handles": handles})
     finally:
         conn.close()
 
 
-async def end_to_end(port: int, seconds: float, figures: Figures) -> None:
-    await _setup(port, "e2e", "e2e-group")
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def end_to_end(
+    port: int, seconds: float, figures: Figures, pid: int, *, ride: bool = False
+) -> None:
+    topic = "e2e-ride" if ride else "e2e"
+    await _setup(port, topic, f"{topic}-group")
     stop = asyncio.Event()
     acked = [0]
     sent = [0]
@@ -110,20 +136,26 @@ async def end_to_end(port: int, seconds: float, figures: Figures) -> None:
                 if sent[0] - acked[0] > 4000:  # keep the backlog small: this measures flow
                     await asyncio.sleep(0.002)
                     continue
-                await _call(conn, "/v1/topics/e2e/messages:batch", payload, ok=201)
+                await _call(conn, f"/v1/topics/{topic}/messages:batch", payload, ok=201)
                 sent[0] += BATCH
         finally:
             conn.close()
 
     tasks = [asyncio.create_task(producer()) for _ in range(2)]
     tasks += [
-        asyncio.create_task(_consumer(port, "e2e-group", f"c{n}", stop, acked)) for n in range(4)
+        asyncio.create_task(_consumer(port, f"{topic}-group", f"c{n}", stop, acked, ride))
+        for n in range(4)
     ]
     await asyncio.sleep(1.0)  # warm-up
-    start_acked, started = acked[0], time.perf_counter()
+    start_acked, started, cpu = acked[0], time.perf_counter(), cpu_seconds(pid)
     await asyncio.sleep(seconds)
-    figures.e2e_rate = (acked[0] - start_acked) / (time.perf_counter() - started)
-    figures.e2e_sent = sent[0]
+    count = acked[0] - start_acked
+    rate = count / (time.perf_counter() - started)
+    cpu_ms = (cpu_seconds(pid) - cpu) * 1000 / max(count, 1)
+    if ride:
+        figures.ride_rate, figures.ride_cpu_ms = rate, cpu_ms
+    else:
+        figures.e2e_rate, figures.e2e_cpu_ms, figures.e2e_sent = rate, cpu_ms, sent[0]
     stop.set()
     await asyncio.gather(*tasks)
 
@@ -190,7 +222,7 @@ class Sampler(RssSampler):
         return 0
 
 
-def bench_store(store: str, seconds: float, total: int) -> Figures:
+def bench_store(store: str, seconds: float, total: int, ride_first: bool = False) -> Figures:
     workdir = Path(tempfile.mkdtemp(prefix="halfmq-consumer-bench-"))
     schema = None
     admin = None
@@ -208,7 +240,8 @@ def bench_store(store: str, seconds: float, total: int) -> Figures:
     sampler.start()
     figures = Figures(store)
     try:
-        asyncio.run(end_to_end(port, seconds, figures))
+        for ride in (True, False) if ride_first else (False, True):
+            asyncio.run(end_to_end(port, seconds, figures, process.pid, ride=ride))
         asyncio.run(wake_up(port, 50, figures))
         if total:
             asyncio.run(backlog(port, total, sampler, figures))
@@ -303,9 +336,12 @@ def main() -> None:
     parser.add_argument("--stores", default="postgresql,sqlite")
     parser.add_argument("--backlog", type=int, default=100_000)
     parser.add_argument("--no-pgqueuer", action="store_true")
+    parser.add_argument(
+        "--ride-first", action="store_true", help="the acks riding on receives measured first"
+    )
     args = parser.parse_args()
     results = {
-        s.strip(): bench_store(s.strip(), args.seconds, args.backlog)
+        s.strip(): bench_store(s.strip(), args.seconds, args.backlog, args.ride_first)
         for s in args.stores.split(",")
     }
     pgq = None if args.no_pgqueuer else bench_pgqueuer(args.seconds)
@@ -333,6 +369,13 @@ def main() -> None:
         )
     for name, f in results.items():
         print(f"{name}: wake-up p50 {f.wake(0.5):.1f} ms (goal < 10 ms)")
+    for name, f in results.items():
+        print(
+            f"{name}: receive + ack {f.e2e_rate:,.0f} msg/s at {f.e2e_cpu_ms * 1000:.0f} us of "
+            f"broker CPU each; acks riding on receives {f.ride_rate:,.0f} msg/s at "
+            f"{f.ride_cpu_ms * 1000:.0f} us (x{f.ride_rate / max(f.e2e_rate, 1):.2f} the rate, "
+            f"x{f.ride_cpu_ms / max(f.e2e_cpu_ms, 1e-9):.2f} the CPU)"
+        )
 
 
 if __name__ == "__main__":

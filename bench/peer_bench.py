@@ -63,6 +63,7 @@ AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 ROLES = Path(__file__).resolve().parent / "peer" / "roles.py"
 TICK = os.sysconf("SC_CLK_TCK")
 SIDES = ("halfmq", "halfmq-0", "peer")
+CONSUMER_ROUTES = ("receive", "ack", "ack-and-receive")  # halfmq's consumer, counted
 RELAY = {  # faststream-outbox's throughput knobs (its docs: performance, subscriber options)
     "max_workers": 8,
     "fetch_batch_size": 50,
@@ -238,6 +239,8 @@ class Window:
     cpu: dict[str, float]  # seconds in the window, by role
     latencies: list[float]  # seconds, commit -> first handler call, of the window's commits
     counts: dict[str, int]
+    # halfmq: the consumer's requests per message it handled, by route (its whole run)
+    requests: dict[str, float] = field(default_factory=dict)
 
     @property
     def cpu_total(self) -> float:
@@ -316,10 +319,15 @@ class Bench:
             self.drain(files["progress"], len(truth), a.drain)
             consumer.stop()
             seen: dict[str, list[float]] = json.loads(Path(files["consumer"]).read_text())
+            made = Path(files["consumer"] + ".requests")
+            requests = json.loads(made.read_text()) if made.exists() else {}
         finally:
             for role in reversed(roles):
                 role.stop()
-        return summarize(side, mode, t0, t1, used, outcome, seen, truth)
+        window = summarize(side, mode, t0, t1, used, outcome, seen, truth)
+        handled = max(1, sum(len(times) for times in seen.values()))
+        window.requests = {k: v / handled for k, v in requests.items() if k in CONSUMER_ROUTES}
+        return window
 
     def profile(
         self, run: str, named: dict[str, list[int]], seconds: float
@@ -398,11 +406,13 @@ def window_line(w: Window, seconds: float) -> str:
     n = max(1.0, w.committed * seconds)
     split = ", ".join(f"{k} {v / n * 1e3:.2f}" for k, v in sorted(w.cpu.items()))
     bad = {k: v for k, v in w.counts.items() if v and k != "committed"}
+    requests = ", ".join(f"{k} {w.requests.get(k, 0.0):.3f}" for k in CONSUMER_ROUTES)
     return (
         f"  {w.side:<9}{w.mode:<7} committed {w.committed:7.1f}/s delivered {w.delivered:7.1f}/s"
         f"  CPU/tx {w.cpu_total / n * 1e3:6.2f} ms ({split})"
         f"  p50/p99 {pct(w.latencies, 0.5) * 1e3:7.1f}/{pct(w.latencies, 0.99) * 1e3:7.1f} ms"
         f"  {bad if bad else 'all correct'}"
+        + (f"  consumer requests/message: {requests}" if w.requests else "")
     )
 
 

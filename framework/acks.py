@@ -226,3 +226,42 @@ class AckBuffer:
     def _take(self) -> list[str]:
         handles, self.handles = self.handles, []
         return handles
+
+
+class AckRiders:
+    """Acks that ride on the member's next receive (``POST .../ack-and-receive``: one request
+    for the acks of what was handled and the next messages, instead of two).  Thread-safe, no
+    I/O.  The receiver opens the door when its receive has answered, and takes what came in as it
+    sends the next one, which shuts the door; an ack offered while the door is shut (a receive in
+    flight), or one that would pass ``most`` handles, goes in a request of its own, as ever."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.handles: list[str] = []
+        self._open = False
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        with self._lock:
+            self._open = True
+
+    def offer(self, handles: Sequence[str]) -> bool:
+        """Whether ``handles`` ride on the next receive (else: ack them now)."""
+        with self._lock:
+            rides = self._open and len(self.handles) + len(handles) <= self.most
+            if rides:
+                self.handles.extend(handles)
+            return rides
+
+    @property
+    def pending(self) -> bool:
+        """Some ack waits for the next receive."""
+        with self._lock:
+            return bool(self.handles)
+
+    def take(self) -> list[str]:
+        """What rides on the receive about to go; the door shuts."""
+        with self._lock:
+            self._open = False
+            handles, self.handles = self.handles, []
+            return handles

@@ -35,6 +35,7 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
         self._receiver: asyncio.Task[None] | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._carried: list[str] = []  # the acks riding on the receive in flight
 
     # -- life ------------------------------------------------------------------------------------
 
@@ -64,6 +65,10 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        # Acks riding on a receive that was cancelled are sent again alone (an ack the broker
+        # had applied is answered stale): none is lost.
+        carried, self._carried = [*self._carried, *self.riders.take()], []
+        await self.client.run(self.acks_flow(carried))
         await self._release_queued()
         for _ in self._workers:
             self._work.put_nowait(None)
@@ -71,7 +76,7 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
         for task in pending:
             task.cancel()
         self._workers.clear()
-        await self.client.run(self.acks_flow(self.acks.take()))
+        await self.client.run(self.acks_flow([*self.riders.take(), *self.acks.take()]))
         await self.reporter.close()
         await self.client.aclose()
         self.started = False
@@ -93,20 +98,70 @@ class AsyncPushConsumer(ConsumerBase[httpx.AsyncBaseTransport], AsyncFace):
 
     async def _receive_loop(self) -> None:
         while not self._stopping:
-            async with self._room:
-                await self._room.wait_for(lambda: self._held <= self.low_water or self._stopping)
-                if self._stopping:
-                    return
-                free = self.batch_size - self._held
+            await self._wait_for_room()
+            if self._stopping:
+                return
+            self._carried = await self._riders()
+            free = self.batch_size - self._held
             try:
-                messages = await self.client.call(self.receive_call(free), ONCE)
+                messages = await self._receive(self._carried, free)
             except HalfMQError as exc:
+                self._carried = []  # sent alone (_receive)
                 log.warning("receive failed: %s", exc)
                 await asyncio.sleep(0.5)
                 continue
+            self._carried = []
             self._held += len(messages)
             for lane in self.lanes(messages):
                 self._work.put_nowait(lane)
+
+    async def _wait_for_room(self) -> None:
+        """Until the prefetch runs low (or the consumer stops).  Meanwhile the handlers' acks
+        ride on the next receive (:class:`~framework.acks.AckRiders`); those that waited the
+        linger without one going (slow handlers: the prefetch drains slowly) are sent alone."""
+        if self.riding:
+            self.riders.open()
+        while True:
+            async with self._room:
+                while self._held > self.low_water and not self._stopping:
+                    linger = self.linger.seconds if self.riders.pending else None
+                    try:
+                        await asyncio.wait_for(self._room.wait(), linger)
+                    except TimeoutError:
+                        break
+                else:
+                    return
+                self._carried = self.riders.take()
+            await self.client.run(self.acks_flow(self._carried))
+            self._carried = []
+            self.riders.open()
+
+    async def _riders(self) -> list[str]:
+        """While messages received are still being handled, wait for them a little (at most
+        the linger), taking their acks along."""
+        if not self.riding:
+            return []
+        if self._held:
+            async with self._room:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._room.wait_for(lambda: self._held == 0 or self._stopping),
+                        self.linger.seconds,
+                    )
+        return self.riders.take()
+
+    async def _receive(self, handles: list[str], free: int) -> list[Message]:
+        """A receive of up to ``free`` messages, carrying the acks of ``handles`` (sent alone, as
+        ever, when the ack-and-receive fails)."""
+        if not handles:
+            return await self.client.call(self.receive_call(free), ONCE)
+        try:
+            _, messages = await self.client.call(self.ack_and_receive_call(handles, free), ONCE)
+        except HalfMQError as exc:
+            self.riders_failed(exc)
+            await self.client.run(self.acks_flow(handles))
+            raise
+        return messages
 
     async def _work_loop(self) -> None:
         while (lane := await self._work.get()) is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,7 +84,7 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
         for thread in others:
             thread.join(self.shutdown_timeout)
         self._threads.clear()
-        self.client.run(self.acks_flow(self.acks.take()))
+        self.client.run(self.acks_flow([*self.riders.take(), *self.acks.take()]))
         self.reporter.close()
         self.client.close()
         self.started = False
@@ -116,10 +117,16 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
         """Long-poll while running.  ``shutdown()`` does not wait for a poll in flight: the
         client stays open until the poll ends (:meth:`BrokerClient.polling`), and what it brings
         after the stop is given back at once."""
-        while (free := self._room_to_receive()) is not None:
+        while self._room_to_receive():
             with self.client.polling():
+                carried = self._riders()
+                with self._room:
+                    free = None if self._stop.is_set() else self.batch_size - self._held
+                if free is None:
+                    self.client.run(self.acks_flow(carried))
+                    return
                 try:
-                    messages = self.client.call(self.receive_call(free), ONCE)
+                    messages = self._receive(carried, free)
                 except HalfMQError as exc:
                     if not self._stop.is_set():
                         log.warning("receive failed: %s", exc)
@@ -134,12 +141,52 @@ class PushConsumer(ConsumerBase[httpx.BaseTransport], SyncFace):
                 for message in messages:
                     self.client.run(self.give_back_flow(message))
 
-    def _room_to_receive(self) -> int | None:
-        """Wait until the prefetch runs low: how many to receive, or None once stopping."""
+    def _riders(self) -> list[str]:
+        """While messages received are still being handled, wait for them a little (at most
+        the linger), taking their acks along."""
+        if not self.riding:
+            return []
         with self._room:
-            while self._held > self.low_water and not self._stop.is_set():
-                self._room.wait(0.2)
-            return None if self._stop.is_set() else self.batch_size - self._held
+            deadline = time.monotonic() + self.linger.seconds
+            while self._held > 0 and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._room.wait(left)
+        return self.riders.take()
+
+    def _receive(self, handles: list[str], free: int) -> list[Message]:
+        """A receive of up to ``free`` messages, carrying the acks of ``handles`` (sent alone, as
+        ever, when the ack-and-receive fails)."""
+        if not handles:
+            return self.client.call(self.receive_call(free), ONCE)
+        try:
+            _, messages = self.client.call(self.ack_and_receive_call(handles, free), ONCE)
+        except HalfMQError as exc:
+            self.riders_failed(exc)
+            self.client.run(self.acks_flow(handles))
+            raise
+        return messages
+
+    def _room_to_receive(self) -> bool:
+        """Wait until the prefetch runs low: False once stopping.  Meanwhile the handlers' acks
+        ride on the next receive (:class:`~framework.acks.AckRiders`); those that waited the
+        linger without one going (slow handlers: the prefetch drains slowly) are sent alone."""
+        if self.riding:
+            self.riders.open()
+        while True:
+            with self._room:
+                while self._held > self.low_water and not self._stop.is_set():
+                    if not self.riders.pending:
+                        self._room.wait(0.2)
+                    elif not self._room.wait(self.linger.seconds):
+                        break
+                else:
+                    return not self._stop.is_set()
+                late = self.riders.take()
+            with self.client.polling():
+                self.client.run(self.acks_flow(late))
+            self.riders.open()
 
     def _work_loop(self) -> None:
         while (lane := self._work.get()) is not None:

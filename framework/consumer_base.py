@@ -29,6 +29,7 @@ from framework.acks import (
     FAILED,
     AckBuffer,
     AckMode,
+    AckRiders,
     BatchAck,
     BatchVerdict,
     DedupKey,
@@ -42,7 +43,7 @@ from framework.acks import (
 from framework.batching import Linger
 from framework.client_trace import Timing
 from framework.config import Retry, Timeout
-from framework.errors import BodyDecodeError, ConfigurationError, HalfMQError
+from framework.errors import BodyDecodeError, BrokerError, ConfigurationError, HalfMQError
 from framework.flow import Flow, Invoke, call
 from framework.member import GroupMember, check_name
 from framework.message import Message
@@ -134,6 +135,8 @@ class ConsumerBase(GroupMember[TransportT]):
         self.handlers = Handlers("consumer")
         self.acks = AckBuffer(self.batch_ack)
         self.unsettled = Unsettled()  # what CLIENT-mode handlers got and did not settle yet
+        self.riders = AckRiders(ITEMS_MAX)  # acks waiting for the next receive
+        self._ack_and_receive = True  # False once the broker is found not to have the route
         self._undecodable_topics: set[str] = set()
         self._connect(transport, verify)
 
@@ -266,23 +269,53 @@ class ConsumerBase(GroupMember[TransportT]):
         """Some subscription acks in batches (the face then flushes them in the background)."""
         return any(h.options.ack_mode is AckMode.BATCH for h in self.handlers)
 
+    @property
+    def riding(self) -> bool:
+        """Whether the acks of what was handled ride on the next receive: when calls share
+        requests (``batch_linger_ms`` > 0) and the broker has ``.../ack-and-receive``."""
+        return self.linger.on and self._ack_and_receive
+
+    def riders_failed(self, error: HalfMQError) -> None:
+        """An ack-and-receive failed (its acks are then sent alone): a broker that predates the
+        route answers 404 or 405 of its router, and acks no longer ride."""
+        no_route = ("NOT_FOUND", "METHOD_NOT_ALLOWED")
+        if isinstance(error, BrokerError) and error.status in (404, 405) and error.code in no_route:
+            self._ack_and_receive = False
+
     # -- the calls of one consumer ---------------------------------------------------------------
 
     def receive_call(self, free: int) -> protocol.Call[list[Message]]:
-        """An orderly group's batch handlers get their batches from one receive: the broker
-        hands out up to the largest ``batch_max`` consecutive messages of a queue (within the
-        prefetch room ``free``)."""
-        per_queue = 1
-        if self.orderly:
-            per_queue = max((h.options.batch_max or 1 for h in self.handlers), default=1)
         return protocol.receive(
             self.group,
             self.client_id,
             free,
             self.invisible_seconds,
             self.wait_seconds,
-            min(per_queue, free),
+            self._per_queue(free),
         )
+
+    def ack_and_receive_call(
+        self, handles: list[str], free: int
+    ) -> protocol.Call[tuple[protocol.AckResult, list[Message]]]:
+        """The receive of :meth:`receive_call`, carrying the acks of ``handles``."""
+        return protocol.ack_and_receive(
+            self.group,
+            handles,
+            self.client_id,
+            free,
+            self.invisible_seconds,
+            self.wait_seconds,
+            self._per_queue(free),
+        )
+
+    def _per_queue(self, free: int) -> int:
+        """An orderly group's batch handlers get their batches from one receive: the broker
+        hands out up to the largest ``batch_max`` consecutive messages of a queue (within the
+        prefetch room ``free``)."""
+        per_queue = 1
+        if self.orderly:
+            per_queue = max((h.options.batch_max or 1 for h in self.handlers), default=1)
+        return min(per_queue, free)
 
     def nack_call(self, message: Message, delay_level: int | None = None) -> protocol.Call[str]:
         return protocol.nack(self.group, handle_of(message), delay_level)
@@ -368,7 +401,7 @@ class ConsumerBase(GroupMember[TransportT]):
             elif mode is AckMode.BATCH:
                 yield from self.acks_flow(self.acks.add(handle_of(message)))
             elif mode not in (AckMode.MANUAL, AckMode.CLIENT):
-                yield from self.acks_flow([handle_of(message)])
+                yield from self.settled_flow([handle_of(message)])
         except HalfMQError as exc:  # the message comes again after its invisibility
             log.info("settling %s failed: %s", message.msg_id, exc)
 
@@ -432,7 +465,7 @@ class ConsumerBase(GroupMember[TransportT]):
                 for message in acked:
                     yield from self.acks_flow(self.acks.add(handle_of(message)))
             elif mode not in (AckMode.MANUAL, AckMode.CLIENT):
-                yield from self.acks_flow([handle_of(m) for m in acked])
+                yield from self.settled_flow([handle_of(m) for m in acked])
         except HalfMQError as exc:
             log.info("acking a batch failed: %s", exc)
         for message in nacked:
@@ -442,6 +475,13 @@ class ConsumerBase(GroupMember[TransportT]):
                 log.info("nack of %s failed: %s", message.msg_id, exc)
         for message in released:
             yield from self.give_back_flow(message)
+
+    def settled_flow(self, handles: list[str]) -> Flow[None]:
+        """Ack what a handler consumed (``AUTO``, ``TRANSACTED``): riding on the receive about to
+        go when the receiver waits for it (:class:`~framework.acks.AckRiders`), else now."""
+        if handles and self.riders.offer(handles):
+            return
+        yield from self.acks_flow(handles)
 
     def acks_flow(self, handles: list[str]) -> Flow[None]:
         """Ack ``handles`` (none: nothing) in one request (per 1000, the route's most); a failed

@@ -512,6 +512,45 @@ def receive(
 ) -> Call[list[Message]]:
     """``max_per_queue``: an orderly group's most consecutive messages of one queue (a batch
     handler's ``batch_max``); the broker's default, 1, is left out of the body."""
+    return Call(
+        "POST",
+        f"/v1/consumer-groups/{group}/receive",
+        lambda a: [from_wire(m) for m in a.json()["messages"]],
+        body=_receive_body(client_id, max_messages, invisible_seconds, wait, max_per_queue),
+        extra_read=wait,
+    )
+
+
+def ack_and_receive(
+    group: str,
+    handles: Sequence[str],
+    client_id: str,
+    max_messages: int,
+    invisible_seconds: float,
+    wait: float,
+    max_per_queue: int = 1,
+) -> Call[tuple[AckResult, list[Message]]]:
+    """An ack of ``handles`` (at most :data:`ITEMS_MAX`) and a receive in one request: what the
+    ack did and the messages received."""
+
+    def parse(answer: Answer) -> tuple[AckResult, list[Message]]:
+        data = answer.json()
+        return AckResult.from_json(data), [from_wire(m) for m in data["messages"]]
+
+    body = _receive_body(client_id, max_messages, invisible_seconds, wait, max_per_queue)
+    body["receipt_handles"] = list(handles)
+    return Call(
+        "POST",
+        f"/v1/consumer-groups/{group}/ack-and-receive",
+        parse,
+        body=body,
+        extra_read=wait,
+    )
+
+
+def _receive_body(
+    client_id: str, max_messages: int, invisible_seconds: float, wait: float, max_per_queue: int
+) -> dict[str, object]:
     body: dict[str, object] = {
         "client_id": client_id,
         "topic": None,
@@ -521,13 +560,7 @@ def receive(
     }
     if max_per_queue > 1:
         body["max_per_queue"] = max_per_queue
-    return Call(
-        "POST",
-        f"/v1/consumer-groups/{group}/receive",
-        lambda a: [from_wire(m) for m in a.json()["messages"]],
-        body=body,
-        extra_read=wait,
-    )
+    return body
 
 
 def ack(group: str, handles: Sequence[str]) -> Call[AckResult]:

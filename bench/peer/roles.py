@@ -185,6 +185,14 @@ async def hmq_consumer(config: dict[str, Any]) -> None:
         batch_linger_ms=config["linger_ms"],
     )
 
+    requests: dict[str, int] = {}
+
+    async def count(request: Any) -> None:  # the consumer's requests, by the route's last part
+        route = request.url.path.rsplit("/", 1)[-1]
+        requests[route] = requests.get(route, 0) + 1
+
+    consumer.client.http.event_hooks["request"].append(count)
+
     @consumer.subscribe(config["topic"])
     async def handle(message: Message) -> None:
         seen.setdefault(json.loads(message.text)["id"], []).append(time.time())
@@ -193,6 +201,7 @@ async def hmq_consumer(config: dict[str, Any]) -> None:
         ready()
         await report_progress(config["progress"], seen, stopped)
     write_json(config["out"], seen)
+    write_json(config["out"] + ".requests", requests)
 
 
 async def report_progress(path: str, seen: dict[str, list[float]], stopped: asyncio.Event) -> None:

@@ -15,6 +15,8 @@ from broker_service.api.permissions import SUB, needs, read_guard
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.consumers import (
     AckIn,
+    AckReceiveIn,
+    AckReceiveOut,
     ChangeInvisibleIn,
     ChangeInvisibleOut,
     DeadListOut,
@@ -180,6 +182,42 @@ async def ack(
     metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
     metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
     return convert.json_response(AckResult(result.acked, tuple(result.stale)).to_json())
+
+
+@router.post("/{group}/ack-and-receive", response_model=AckReceiveOut)
+@needs(rules.group_and_body_topic(SUB))
+async def ack_and_receive(
+    group: GroupName,
+    body: AckReceiveIn,
+    consumers: ConsumersDep,
+    metrics: MetricsDep,
+    request: Request,
+) -> Response:
+    """An ack and this member's next receive in one request: ``receipt_handles`` are acked as by
+    ``.../ack`` (durable once answered), then messages are received as by ``.../receive``; the
+    ack and the first look for messages commit together, and an error applies neither."""
+    result, delivered = await consumers.ack_and_receive(
+        group,
+        body.receipt_handles,
+        body.client_id,
+        body.topic,
+        body.max_messages,
+        body.invisible_seconds,
+        body.wait_seconds,
+        max_per_queue=body.max_per_queue,
+        nonce=nonce_of(request),
+    )
+    metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
+    metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
+    metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
+    metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
+    return convert.json_response(
+        {
+            "acked": result.acked,
+            "stale": result.stale,
+            "messages": [_delivered_dict(d) for d in delivered],
+        }
+    )
 
 
 @router.post("/{group}/nack", response_model=NackOut)

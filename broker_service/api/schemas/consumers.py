@@ -118,6 +118,19 @@ class AckIn(Strict):
     receipt_handles: list[Handle] = Field(min_length=1, max_length=1000)
 
 
+class AckReceiveIn(ReceiveIn):
+    """An ack and the member's next receive in one request (``.../ack-and-receive``)."""
+
+    receipt_handles: list[Handle] = Field(
+        min_length=1, max_length=1000, description="Acked first, as POST .../ack acks them"
+    )
+
+
+class AckReceiveOut(ReceiveOut):
+    acked: int
+    stale: list[str]
+
+
 class NackIn(Strict):
     receipt_handle: Handle
     delay_level: (

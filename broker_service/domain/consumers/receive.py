@@ -38,6 +38,7 @@ from broker_service.domain.consumers.model import (
     DeliveryState,
     NewDelivery,
     QueueProgress,
+    Subscription,
     TagFilter,
     retry_topic,
 )
@@ -98,6 +99,24 @@ class Receiver:
 
     # -- receive --------------------------------------------------------------------------------
 
+    def subscriptions_of(
+        self, tx: StoreTx, group_name: str, topic_name: str | None
+    ) -> tuple[ConsumerGroup, list[Subscription]]:
+        """The group and the subscriptions a receive reads (``topic_name``'s alone when named);
+        what a receive refuses (an unknown group, a topic not subscribed) is raised here, before
+        it writes anything."""
+        group, subscriptions = self.groups.group_of(tx, group_name, topic_name)
+        if topic_name is not None:
+            subscriptions = [s for s in subscriptions if s.topic == topic_name]
+            if not subscriptions:
+                raise NotFound(
+                    f"consumer group {group.name!r} does not subscribe to {topic_name!r}",
+                    code="SUBSCRIPTION_NOT_FOUND",
+                    group=group.name,
+                    topic=topic_name,
+                )
+        return group, subscriptions
+
     def receive(
         self,
         group_name: str,
@@ -113,16 +132,7 @@ class Receiver:
             names.check_user_topic(topic_name)
 
         def unit(tx: StoreTx) -> ReceiveResult:
-            group, subscriptions = self.groups.group_of(tx, group_name, topic_name)
-            if topic_name is not None:
-                subscriptions = [s for s in subscriptions if s.topic == topic_name]
-                if not subscriptions:
-                    raise NotFound(
-                        f"consumer group {group.name!r} does not subscribe to {topic_name!r}",
-                        code="SUBSCRIPTION_NOT_FOUND",
-                        group=group.name,
-                        topic=topic_name,
-                    )
+            group, subscriptions = self.subscriptions_of(tx, group_name, topic_name)
             now = self.groups.clock()
             if touch:
                 tx.touch_consumer(group.name, client_id, now)

@@ -4,7 +4,7 @@ poll of ``receive`` (woken by :class:`~broker_service.domain.consumers.wakeup.Ar
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from broker_service.domain.clock import now_ms
@@ -22,7 +22,7 @@ from broker_service.domain.consumers.model import (
     GroupView,
     NackResult,
 )
-from broker_service.domain.consumers.receive import Receiver
+from broker_service.domain.consumers.receive import Receiver, ReceiveResult
 from broker_service.domain.consumers.retry import Retries
 from broker_service.domain.consumers.trace import (
     ClientTraceAnswer,
@@ -113,24 +113,88 @@ class ConsumerService:
         ``wait_seconds``), else none.  ``max_per_queue``: an orderly group's most consecutive
         messages of one queue (a batch consumer's batch).  ``nonce``: the signed request's
         (:mod:`broker_service.domain.ports.nonces`), taken by the first of its claims."""
+        ask = self._asking(group, client_id, topic, max_messages, invisible_seconds, max_per_queue)
+
+        async def claim() -> ReceiveResult:
+            return await self._claim(ask(), lease_only=True, nonce=nonce)
+
+        return await self._long_poll(claim, max_messages, wait_seconds)
+
+    async def ack_and_receive(
+        self,
+        group: str,
+        handles: Sequence[str],
+        client_id: str,
+        topic: str | None,
+        max_messages: int,
+        invisible_seconds: float,
+        wait_seconds: float,
+        max_per_queue: int = 1,
+        *,
+        nonce: RequestNonce | None = None,
+    ) -> tuple[AckResult, list[Delivered]]:
+        """:meth:`ack` then :meth:`receive`, for a member that acks what it handled as it asks for
+        more: the ack and the first look for messages are one durable unit (one commit: the ack
+        is durable once answered, and an error undoes both); the long poll, if it waits, goes on
+        as a receive's does."""
+        ask = self._asking(group, client_id, topic, max_messages, invisible_seconds, max_per_queue)
+        ack = self.leases.ack(group, handles)
+        acked: AckResult | None = None
+
+        async def claim() -> ReceiveResult:
+            nonlocal acked
+            if acked is not None:
+                return await self._claim(ask(), lease_only=True, nonce=nonce)
+            receive = ask()
+
+            def both(tx: StoreTx) -> tuple[AckResult, ReceiveResult]:
+                self.receiver.subscriptions_of(tx, group, topic)  # refused before the ack writes
+                return ack(tx), receive(tx)
+
+            first, result = await self._claim(both, nonce=nonce)
+            if first.freed_topics:  # an orderly queue may hand out its next message now
+                self.arrivals.announce(first.freed_topics)
+            acked = first
+            return result
+
+        delivered = await self._long_poll(claim, max_messages, wait_seconds)
+        assert acked is not None
+        return acked, delivered
+
+    def _asking(
+        self,
+        group: str,
+        client_id: str,
+        topic: str | None,
+        max_messages: int,
+        invisible_seconds: float,
+        max_per_queue: int,
+    ) -> Callable[[], Callable[[StoreTx], ReceiveResult]]:
+        """The receive units of one request's long poll, one per look (each may touch the
+        member's liveness)."""
         if invisible_seconds <= 0:
             raise InvalidRequest(
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
             )
         invisible_ms = int(invisible_seconds * 1000)
+
+        def ask() -> Callable[[StoreTx], ReceiveResult]:
+            touch = self._touch(group, client_id)
+            return self.receiver.receive(
+                group, client_id, topic, max_messages, invisible_ms, touch, max_per_queue
+            )
+
+        return ask
+
+    async def _long_poll(
+        self, claim: Callable[[], Awaitable[ReceiveResult]], max_messages: int, wait_seconds: float
+    ) -> list[Delivered]:
+        """Claim at once; while nothing came and ``wait_seconds`` lasts, claim again as soon as
+        something may have arrived (:class:`Arrivals`), or every ``poll_seconds``."""
         deadline = time.monotonic() + min(wait_seconds, self.max_wait_seconds)
         while True:
             version = self.arrivals.version
-            unit = self.receiver.receive(
-                group,
-                client_id,
-                topic,
-                max_messages,
-                invisible_ms,
-                self._touch(group, client_id),
-                max_per_queue,
-            )
-            result = await self._claim(unit, lease_only=True, nonce=nonce)
+            result = await claim()
             if len(result.delivered) >= max_messages:  # there may be more: wake another member
                 self.arrivals.pass_on(result.topics, result.competitor)
             remaining = deadline - time.monotonic()
