@@ -21,6 +21,7 @@ import concurrent.futures
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -193,6 +194,7 @@ def reconcile(
     elapsed = time.perf_counter() - started
     log(f"  machine load average after the run: {os.getloadavg()[0]:.1f} (2 CPUs)")
     log(f"  the job's processes used {cpu:.1f} s of CPU (Python and the driver's JVM)")
+    log(f"  by thread: {meter.by_thread()}")
     done = subprocess.CompletedProcess(args, job.returncode, stdout, stderr)
     if done.returncode != 2:
         raise SystemExit(f"reconcile exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
@@ -209,11 +211,13 @@ class CpuMeter:
     """The CPU time (user + system) of a process and its descendants, sampled from ``/proc``
     every ``every`` s until ``stop``: on a shared machine the work a run did, where its wall
     time is the neighbours' too.  (The job's JVM is never waited for by its parent, so the
-    rusage of children would miss it.)"""
+    rusage of children would miss it.)  Per thread name too (``by_thread``): the JVM's JIT
+    compilers, GC, task threads and py4j's threads (the driver's planning)."""
 
     def __init__(self, pid: int, every: float = 0.25) -> None:
         self.pid, self.every = pid, every
         self.seen: dict[int, float] = {}
+        self.threads: dict[tuple[int, int], tuple[str, float]] = {}
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
@@ -234,21 +238,41 @@ class CpuMeter:
             todo += children.get(pid, [])
         return tree
 
+    @staticmethod
+    def _stat(path: Path) -> tuple[str, float] | None:
+        """A process's or thread's name and CPU seconds, from its ``stat``."""
+        try:
+            text = path.read_text()
+        except OSError:
+            return None
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        utime, stime = text.rsplit(")", 1)[1].split()[11:13]
+        return name, (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+
     def _sample(self) -> None:
-        tick = os.sysconf("SC_CLK_TCK")
         while not self.done.wait(self.every):
             for pid in self._tree():
-                try:
-                    fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1]
-                except OSError:
+                process = self._stat(Path("/proc") / str(pid) / "stat")
+                if process is None:
                     continue
-                utime, stime = fields.split()[11:13]
-                self.seen[pid] = (int(utime) + int(stime)) / tick
+                self.seen[pid] = process[1]
+                for task in (Path("/proc") / str(pid) / "task").glob("*"):
+                    found = self._stat(task / "stat")
+                    if found is not None:
+                        self.threads[pid, int(task.name)] = found
 
     def stop(self) -> float:
         self.done.set()
         self.thread.join()
         return sum(self.seen.values())
+
+    def by_thread(self, top: int = 6) -> str:
+        """The CPU seconds per thread name (numbers dropped: ``C2 CompilerThread0`` and ``1``
+        are one), the biggest first."""
+        named: Counter[str] = Counter()
+        for name, cpu in self.threads.values():
+            named[re.sub(r"[\s#-]*\d+$", "", name)] += cpu
+        return ", ".join(f"{name} {cpu:.1f} s" for name, cpu in named.most_common(top))
 
 
 def _ledger_kind(kind: str) -> bool:
