@@ -26,9 +26,10 @@ class Counted(httpx.AsyncBaseTransport, httpx.BaseTransport):
     """The in-process broker's transport, counting the requests per route's last path segment;
     with ``without_route`` it answers the ack-and-receive route as a broker that predates it."""
 
-    def __init__(self, inner: Any, *, without_route: bool = False) -> None:
+    def __init__(self, inner: Any, *, without_route: bool = False, slow: float = 0.0) -> None:
         self.inner = inner
         self.without_route = without_route
+        self.slow = slow  # seconds an ack-and-receive waits before it reaches the broker
         self.paths: Counter[str] = Counter()
         self.carried = 0  # acks that rode on a receive
 
@@ -46,6 +47,8 @@ class Counted(httpx.AsyncBaseTransport, httpx.BaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await request.aread()
         answer = self._note(request)
+        if self.slow and request.url.path.endswith(RIDE):
+            await asyncio.sleep(self.slow)
         return answer or await self.inner.handle_async_request(request)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -178,3 +181,30 @@ def test_an_ack_rides_only_through_an_open_door_and_within_the_routes_limit() ->
     assert riders.take() == ["a", "b", "c"]
     assert not riders.offer(["e"]), "taking shuts the door"
     assert riders.take() == []
+
+
+async def test_shutdown_right_after_the_handlers_leaves_no_ack_behind(
+    ainproc: InProcessBroker,
+) -> None:
+    """The acks waiting for a receive, or riding on one that shutdown cancels before it reached
+    the broker, are sent alone: nothing handled stays in flight to come again."""
+    transport = Counted(ainproc.async_transport, slow=1.0)
+    seen: Counter[str] = Counter()
+    consumer = AsyncPushConsumer(
+        "smith-bank",
+        brokers=[ainproc.url],
+        transport=transport,
+        wait_seconds=5,
+        consume_from="FIRST_OFFSET",
+    )
+
+    @consumer.subscribe("transfers")
+    async def credit(message: Message) -> None:
+        seen[message.text] += 1
+
+    await _send(ainproc, 40)
+    async with consumer:
+        await _eventually(lambda: len(seen) == 40, 20, "40 messages")
+    view = await _settled(ainproc)
+    assert (view["lag"], view["in_flight"]) == (0, 0), transport.paths
+    assert set(seen.values()) == {1}
