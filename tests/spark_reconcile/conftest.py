@@ -26,6 +26,10 @@ def spark() -> Iterator[Any]:
     session = (
         SparkSession.builder.master("local[2]")
         .appName("halfmq-reconcile-tests")
+        # One JVM runs every reconciliation test of a worker, and the job runs its report's small
+        # jobs side by side: Spark's default 1g of driver heap ran out once in a full suite (the
+        # job's own default is 4g, spark_reconcile.job.session_for).
+        .config("spark.driver.memory", "2g")
         .config("spark.jars", ",".join(find_jars(DRIVERS.values())))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
