@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -36,9 +37,17 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import FilterType
 
+_SAYING = threading.Lock()
+
 
 def say(**event: Any) -> None:
-    print(json.dumps(event), flush=True)
+    """One JSON line, whole: a PushConsumer's listener runs on several threads, and two prints at
+    once could put two events on one line (print writes the text and its newline apart), which
+    the test's reader then drops."""
+    line = json.dumps(event) + "\n"
+    with _SAYING:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def error(exc: BaseException) -> None:
