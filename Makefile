@@ -73,8 +73,9 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package-lock.json
 # TEST_WORKERS=3 runs the suite in three pytest-xdist workers (about 20 minutes instead of 45 on
 # a 2-core machine): every test has its own directory, SQLite file, PostgreSQL schema and ports,
 # but the VACUUM test of the retention can then find dead rows another worker's open snapshot
-# still holds, so the default stays one process until that test gets a database of its own.
-TEST_WORKERS ?= 1
+# still holds, so the default (0: no worker, the suite in this process) stays until that test
+# gets a database of its own.
+TEST_WORKERS ?= 0
 test: lint $(JARS) $(CHROMIUM) $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest -n $(TEST_WORKERS)
 
