@@ -1,7 +1,7 @@
 """Fixtures shared by every test: real stores (a SQLite file, the machine's PostgreSQL) and brokers.
 
 PostgreSQL is at ``HALFMQ_TEST_PG`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``);
-each test gets its own schema, dropped afterwards.  When it is unreachable the test is skipped --
+each test gets its own schema (or, where it needs one, its own database), dropped afterwards.  When it is unreachable the test is skipped --
 except under ``CI=true``, where it fails.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
 from tests.support import ACL, PG_BASE_URL, BrokerApp, BrokerProcess, free_port
@@ -60,6 +60,25 @@ def pg_url() -> Iterator[str]:
     finally:
         with engine.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def pg_database_url() -> Iterator[str]:
+    """A fresh PostgreSQL database of the test's own, dropped afterwards: for a test that needs
+    what a schema does not isolate -- VACUUM's horizon, which another test's open snapshot in the
+    same database holds back (dead rows it may still see are kept), but one in another database
+    does not."""
+    _pg_or_skip()
+    name = f"halfmq_t_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_BASE_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
         engine.dispose()
 
 

@@ -48,6 +48,8 @@ _DRY_CHUNK = 10_000
 _DRY_MAX = 1_000_000
 _COMPACT_STEPS = 64  # a round gives back at most this many steps of free pages (SQLite)
 _DELAYED_RANGE = 5_000  # offsets of a schedule queue one unit looks through for released messages
+# A round that deletes holds the store's purge lease this long past its last unit of work.
+LEASE_MS = 60_000
 
 
 class LeaseHeld(Conflict):
@@ -84,7 +86,7 @@ class RetentionService:
         policy: RetentionPolicy,
         clock: Callable[[], int] = now_ms,
         *,
-        lease_ms: int = 60_000,
+        lease_ms: int = LEASE_MS,
         on_round: Callable[[PurgeReport], None] | None = None,
         upkeep: StoreUpkeep | None = None,
     ) -> None:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, select
 
+from broker_service.domain.retention.service import LEASE_MS
 from broker_service.store.schema import transactions
 from drills.failover import WRITES, Answer, Drill, Failover
 
@@ -35,6 +36,7 @@ def drill(tmp_path: Path, cluster_tools: None) -> Drill:
 def test_primary_killed_under_load_loses_nothing_acknowledged(drill: Drill) -> None:
     with drill:
         rounds_before = [_purge_rounds(url) for url in drill.urls]
+        counted_from = time.monotonic()
         drill.start_load()
         time.sleep(4)
         failover = drill.failover(detect_seconds=1.0)
@@ -43,6 +45,7 @@ def test_primary_killed_under_load_loses_nothing_acknowledged(drill: Drill) -> N
         settled = drill.settle(timeout=60)
         verdict = drill.check()
         rounds_after = [_purge_rounds(url) for url in drill.urls]
+        counted_for = time.monotonic() - counted_from
         assert drill.cluster is not None
         checked_after = _resolved_by_check_since(drill.cluster.url(), failover.killed_at_ms)
     answers = drill.ledger.answers
@@ -67,7 +70,7 @@ def test_primary_killed_under_load_loses_nothing_acknowledged(drill: Drill) -> N
     # The check-back resolved, on the new primary, halves left to it; the purge rounds went on,
     # one broker holding the lease at a time.
     assert checked_after > 0
-    _assert_purge_resumed(rounds_before, rounds_after)
+    _assert_purge_resumed(rounds_before, rounds_after, counted_for)
 
     # The logs tell the outage in two lines, without a stack trace or the password.
     logs = [broker.log_path.read_text(errors="replace") for broker in drill.brokers]
@@ -115,16 +118,22 @@ def _purge_rounds(url: str) -> Counter[str]:
     return Counter({result: int(float(n)) for result, n in _ROUNDS.findall(text)})
 
 
-def _assert_purge_resumed(before: list[Counter[str]], after: list[Counter[str]]) -> None:
-    """After the failover the brokers still run purge rounds, and one at a time: each round
-    either purged (``purged``/``idle``) or found the lease held by the other broker."""
+def _assert_purge_resumed(
+    before: list[Counter[str]], after: list[Counter[str]], seconds: float
+) -> None:
+    """After the failover the brokers still complete purge rounds (``purged`` or ``idle``), and
+    the lease keeps them one at a time.  A round that found nothing old enough (``idle``) takes
+    no lease, so both brokers may run those; a round that deleted something holds the lease for
+    :data:`LEASE_MS` past its last unit, renewed by each, so within a shorter run at most one
+    broker can have purged."""
     ran = [
         a["purged"] + a["idle"] - b["purged"] - b["idle"]
         for b, a in zip(before, after, strict=True)
     ]
-    held = [a["lease_held"] - b["lease_held"] for b, a in zip(before, after, strict=True)]
     assert sum(ran) > 0, f"no purge round completed: {before} -> {after}"
-    assert sum(held) > 0 or min(ran) == 0, "both brokers purged, and neither found the lease held"
+    purged = [a["purged"] - b["purged"] for b, a in zip(before, after, strict=True)]
+    if seconds < LEASE_MS / 1000:
+        assert min(purged) == 0, f"both brokers purged within one lease: {before} -> {after}"
 
 
 def _resolved_by_check_since(url: str, since_ms: int) -> int:
