@@ -16,7 +16,12 @@ import time
 
 from broker_service.domain.errors import DomainError
 from broker_service.domain.retention.model import PurgeReport
-from broker_service.domain.retention.service import LeaseHeld, Pace, RetentionService
+from broker_service.domain.retention.service import (
+    MOST_PAUSE_SECONDS,
+    LeaseHeld,
+    Pace,
+    RetentionService,
+)
 from broker_service.metrics import BrokerMetrics
 from broker_service.schedulers.loop import SchedulerLoop
 
@@ -41,7 +46,10 @@ class RetentionScheduler(SchedulerLoop):
         self.service = service
         self.metrics = metrics
         self.interval = interval_seconds
-        self.base = Pace(share=share, pause=pause_seconds)
+        # A pause longer than the interval would hold the round past its next turn.
+        self.base = Pace(
+            share=share, pause=pause_seconds, most=min(MOST_PAUSE_SECONDS, interval_seconds)
+        )
         self.pace = self.base  # the share rises while the purge is behind
         self.max_rows = max_rows
         self._warned_export_at = -_EXPORT_WARNING_SECONDS
@@ -69,7 +77,7 @@ class RetentionScheduler(SchedulerLoop):
             )
         else:
             log.info("the purge caught up: back to %.0f%% of the writer's time", share * 100)
-        self.pace = Pace(share=share, pause=self.base.pause)
+        self.pace = Pace(share=share, pause=self.base.pause, most=self.base.most)
 
     async def run_round(self) -> PurgeReport | None:
         """One round, counted and logged; None when it did not run (lease held, failure)."""

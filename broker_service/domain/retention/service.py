@@ -50,6 +50,7 @@ _COMPACT_STEPS = 64  # a round gives back at most this many steps of free pages 
 _DELAYED_RANGE = 5_000  # offsets of a schedule queue one unit looks through for released messages
 # A round that deletes holds the store's purge lease this long past its last unit of work.
 LEASE_MS = 60_000
+MOST_PAUSE_SECONDS = 10.0  # the longest pause after one unit of work (:class:`Pace`)
 
 
 class LeaseHeld(Conflict):
@@ -60,13 +61,18 @@ class LeaseHeld(Conflict):
 class Pace:
     """How a round leaves the store to the sends: after a unit of work that held the store's
     writer for ``t`` seconds it waits ``t * (1 - share) / share`` (so the purge takes about
-    ``share`` of the writer's time), and never less than ``pause``."""
+    ``share`` of the writer's time), never less than ``pause`` and never more than ``most``.
+
+    ``most`` bounds what a unit's time says of the writer's load: a unit that waited through a
+    store outage (a failover, a reconnection) did not keep the writer busy, and at a share of
+    5 % ten seconds of it would otherwise put the round, and its lease, to sleep for minutes."""
 
     share: float = 1.0
     pause: float = 0.0
+    most: float = MOST_PAUSE_SECONDS
 
     def after(self, took: float) -> float:
-        return max(self.pause, took * (1 - self.share) / self.share)
+        return min(self.most, max(self.pause, took * (1 - self.share) / self.share))
 
 
 @dataclass(slots=True)
