@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo demo-pg broker test lint bench client-check clean
+.PHONY: setup demo demo-pg broker test test-unit lint bench client-check clean
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
@@ -63,21 +63,26 @@ lint: setup
 	$(BIN)/mypy
 
 # The gRPC tests drive RocketMQ's unmodified Node.js client too: npm installs it (Node 18+) as the
-# lock file pins it, into tests/grpc/node/node_modules.
-NODE_CLIENT := tests/grpc/node
+# lock file pins it, into tests/acceptance/grpc/node/node_modules.
+NODE_CLIENT := tests/acceptance/grpc/node
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package-lock.json
 	@echo "== make test: installing the RocketMQ Node.js client (npm ci) for the gRPC tests"
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
 	touch $@
 
-# TEST_WORKERS=3 runs the suite in three pytest-xdist workers (about 20 minutes instead of 45 on
-# a 2-core machine): every test has its own directory, SQLite file, PostgreSQL schema and ports,
-# but the VACUUM test of the retention can then find dead rows another worker's open snapshot
-# still holds, so the default (0: no worker, the suite in this process) stays until that test
-# gets a database of its own.
-TEST_WORKERS ?= 0
+# The suite in three tiers (docs/testing.md): tests/unit (the domain on the in-memory store, no
+# database, no process), tests/integration (the store contract on each backend, the API on one
+# store) and tests/acceptance (real processes, failover, Spark, the browser, RocketMQ's clients).
+# `make test` runs all three in TEST_WORKERS pytest-xdist workers (every test has its own
+# directory, SQLite file, PostgreSQL schema or database, and ports); TEST_WORKERS=0 runs the suite
+# in pytest's own process.
+TEST_WORKERS ?= 3
 test: lint $(JARS) $(CHROMIUM) $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest -n $(TEST_WORKERS)
+
+# The first tier alone: no database, no process, no network (under a minute).
+test-unit: setup
+	$(BIN)/pytest tests/unit
 
 # The client alone (no extra) in a throwaway virtualenv: none of the broker's libraries, and the
 # README's producer and consumer run against a broker of $(VENV) (drills/client_only.py; 1-2 min).

@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: real stores (a SQLite file, the machine's PostgreSQL) and brokers.
+"""Fixtures shared by every test: real stores (a SQLite file, the machine's PostgreSQL) and brokers;
+and the rule that splits a test run on several stores between the tiers (docs/testing.md).
 
 PostgreSQL is at ``HALFMQ_TEST_PG`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``);
 each test gets its own schema (or, where it needs one, its own database), dropped afterwards.  When it is unreachable the test is skipped --
@@ -21,6 +22,49 @@ from sqlalchemy.exc import OperationalError
 from tests.support import ACL, PG_BASE_URL, BrokerApp, BrokerProcess, free_port
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+TESTS = Path(__file__).parent
+# The fixtures whose parameter names the store a test runs on.
+STORE_FIXTURES = ("store", "any_store", "store_url")
+SQL_STORES = ("sqlite", "postgresql")
+
+
+def _store_of(item: pytest.Item) -> object:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((params[name] for name in STORE_FIXTURES if name in params), None)
+
+
+def _tier_of(item: pytest.Item) -> tuple[str, Path]:
+    """The tier of a test (unit, integration, acceptance) and its module's path within it."""
+    relative = item.path.relative_to(TESTS)
+    return relative.parts[0], Path(*relative.parts[1:])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A domain test written for every store runs on the in-memory store in the unit tier (no
+    database) and on SQLite and PostgreSQL in the integration tier, whose module of the same path
+    imports it (a test of such a module that takes no store runs in the unit tier alone): each
+    parameter runs once, in its tier.  A unit module with SQL parameters and no
+    such module is an error, not a silent loss."""
+    kept, dropped = [], []
+    for item in items:
+        tier, module = _tier_of(item)
+        store = _store_of(item)
+        if tier == "unit" and store in SQL_STORES:
+            if not (TESTS / "integration" / module).exists():
+                raise pytest.UsageError(
+                    f"{item.nodeid} runs on {store} in the unit tier: add "
+                    f"tests/integration/{module} importing its tests"
+                )
+            dropped.append(item)
+        elif (
+            tier == "integration" and store not in SQL_STORES and (TESTS / "unit" / module).exists()
+        ):
+            dropped.append(item)  # on memory, or on no store: the unit tier runs it
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def _pg_or_skip() -> None:
@@ -98,7 +142,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One SQLite file migrated by Alembic per session: each test's migrated SQLite store is a
-    copy of it (the migrations themselves are tested in tests/broker_service/store)."""
+    copy of it (the migrations themselves are tested in tests/integration/broker_service/store)."""
     from broker_service.store import migrate
 
     path = tmp_path_factory.mktemp("migrated") / "template.db"
