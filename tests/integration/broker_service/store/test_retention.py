@@ -443,6 +443,7 @@ async def test_a_purge_that_falls_behind_goes_on_at_once_with_more_of_the_writer
             share=0.25,
             max_rows=30,
         )
+        assert scheduler.pace.most == 5  # never a pause past the next round's turn
         caplog.set_level("INFO", logger="halfmq.retention")
         await asyncio.sleep(0.5)
         first = await scheduler.run_round()

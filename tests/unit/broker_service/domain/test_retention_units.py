@@ -3,6 +3,8 @@ each kind of reader, without a store."""
 
 from __future__ import annotations
 
+import pytest
+
 from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.consumers.model import ConsumeFrom
 from broker_service.domain.retention.model import HeadRow, Position, QueueHead, Reader
@@ -111,3 +113,12 @@ def test_a_pace_leaves_the_writer_to_the_sends_in_proportion() -> None:
     assert abs(tenth.after(0.010) - 0.090) < 1e-9  # 10 ms of work, 90 ms left to the sends
     assert tenth.after(0.0001) == 0.002  # never less than the least pause
     assert Pace(share=1.0, pause=0.0).after(0.5) == 0.0  # all of it: no wait
+
+
+def test_a_unit_that_waited_through_an_outage_does_not_put_the_round_to_sleep() -> None:
+    from broker_service.domain.retention.service import MOST_PAUSE_SECONDS, Pace
+
+    twentieth = Pace(share=0.05, pause=0.002)
+    assert twentieth.after(0.1) == pytest.approx(1.9)  # the writer's load: 19 times the unit
+    assert twentieth.after(5.0) == MOST_PAUSE_SECONDS  # a failover's wait: not 95 s
+    assert Pace(share=0.05, most=2.0).after(5.0) == 2.0
