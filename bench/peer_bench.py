@@ -241,6 +241,10 @@ class Window:
     counts: dict[str, int]
     # halfmq: the consumer's requests per message it handled, by route (its whole run)
     requests: dict[str, float] = field(default_factory=dict)
+    # halfmq: the latency's two stages, seconds -- commit -> the commit request answered (the
+    # producer's linger, the request, the broker's group commit), then -> the first handler call
+    # (the broker's wake-up of the long poll, the receive, the consumer's hand-off)
+    stages: tuple[list[float], list[float]] = ([], [])
 
     @property
     def cpu_total(self) -> float:
@@ -378,6 +382,12 @@ def summarize(
     in_window = [i for i, ts in commits.items() if t0 <= ts < t1]
     delivered = sum(1 for times in seen.values() if t0 <= min(times) < t1)
     latencies = [min(seen[i]) - commits[i] for i in in_window if i in seen]
+    decided: dict[str, float] = outcome.get("decided", {})
+    both = [i for i in in_window if i in seen and i in decided]
+    stages = (
+        [decided[i] - commits[i] for i in both],
+        [min(seen[i]) - decided[i] for i in both],
+    )
     counts = {
         "committed": len(truth),
         "missing": len(truth - seen.keys()),
@@ -389,7 +399,11 @@ def summarize(
     }
     if outcome["errors"]:
         print(f"    first error: {outcome['errors'][0]}", flush=True)
-    return Window(side, mode, len(in_window) / seconds, delivered / seconds, cpu, latencies, counts)
+    window = Window(
+        side, mode, len(in_window) / seconds, delivered / seconds, cpu, latencies, counts
+    )
+    window.stages = stages
+    return window
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -413,7 +427,13 @@ def window_line(w: Window, seconds: float) -> str:
         f"  p50/p99 {pct(w.latencies, 0.5) * 1e3:7.1f}/{pct(w.latencies, 0.99) * 1e3:7.1f} ms"
         f"  {bad if bad else 'all correct'}"
         + (f"  consumer requests/message: {requests}" if w.requests else "")
-    )
+        + (f"  stages p50/p99 ms: commit->decided {stage(w.stages[0])}, decided->handler "
+           f"{stage(w.stages[1])}" if w.stages[0] else "")
+    )  # fmt: skip
+
+
+def stage(values: list[float]) -> str:
+    return f"{pct(values, 0.5) * 1e3:.1f}/{pct(values, 0.99) * 1e3:.1f}"
 
 
 @dataclass

@@ -74,6 +74,7 @@ class Load:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.commits: dict[str, float] = {}
+        self.decided: dict[str, float] = {}  # halfmq: the commit request answered (durable)
         self.rolled_back: list[str] = []
         self.errors: list[str] = []
         self.random = random.Random(config.get("seed", 7))
@@ -118,7 +119,12 @@ class Load:
         await asyncio.gather(*(task() for _ in range(self.config["tasks"])))
 
     def outcome(self) -> dict[str, Any]:
-        return {"commits": self.commits, "rolled_back": self.rolled_back, "errors": self.errors}
+        return {
+            "commits": self.commits,
+            "decided": self.decided,
+            "rolled_back": self.rolled_back,
+            "errors": self.errors,
+        }
 
 
 def window() -> float:
@@ -164,6 +170,8 @@ async def hmq_producer(config: dict[str, Any]) -> None:
         )
         if result.error is not None:
             raise result.error
+        if not rollback:
+            load.decided[tx_id] = time.time()
 
     async with producer:
         ready()
