@@ -239,6 +239,14 @@ def export(
         Path | None, typer.Option(help="YAML list of ledgers with their own table/columns")
     ] = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows fetched per round trip")] = 50_000,
+    buckets: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Write the messages and transactions in N files bucketed by transaction id "
+            "(Spark's bucketing), so reconcile builds its view without a shuffle (0: one file)",
+        ),
+    ] = 0,
 ) -> None:
     """Export one day of the store (and of the banks' ledgers) as Parquet for
     `halfmq reconcile --parquet`."""
@@ -260,7 +268,9 @@ def export(
     ledger_rows: dict[str, int] = {}
     try:
         with Progress(console=err) as progress:
-            done = export_day(engine, out_dir, day, chunk_rows=chunk_rows, progress=progress)
+            done = export_day(
+                engine, out_dir, day, chunk_rows=chunk_rows, progress=progress, buckets=buckets
+            )
             for source in sources:
                 bank = sa.create_engine(source.url)
                 try:

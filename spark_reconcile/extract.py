@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_reconcile import buckets as bucketing
 from spark_reconcile.anomalies import DLQ_PREFIX, SCHEDULE_TOPIC
 from spark_reconcile.config import DAY_MS, LedgerSource, Window
 from spark_reconcile.jdbc import JdbcTarget, to_jdbc
@@ -66,6 +69,7 @@ class StoreFrames:
     scheduled: DataFrame
     subscriptions: DataFrame
     acks: DataFrame
+    tables: tuple[str, ...] = ()  # catalog tables made to read a bucketed export (drop_tables)
 
 
 def _typed(df: DataFrame, columns: dict[str, str]) -> DataFrame:
@@ -232,29 +236,90 @@ def export_schema(table: str) -> str:
     return ", ".join([*columns, "date date"])
 
 
-def _export_table(spark: SparkSession, root: str, table: str, start: int, end: int) -> DataFrame:
-    """The date partitions of an exported table that overlap ``[start, end)``."""
+def _export_table(
+    spark: SparkSession, root: str, table: str, start: int, end: int, tables: list[str]
+) -> DataFrame:
+    """The date partitions of an exported table that overlap ``[start, end)``: read as a
+    bucketed catalog table when every one of them was exported bucketed (its name added to
+    ``tables``), else as plain Parquet files."""
     first, last = _dates(start, end)
     path = f"{root.rstrip('/')}/{table}"
-    df = spark.read.schema(export_schema(table)).parquet(path)
+    buckets = _bucketed(path, first, last) if table in bucketing.BUCKETED else None
+    if buckets is not None:
+        tables.append(_bucketed_table(spark, path, table, buckets, first, last))
+        df = spark.table(tables[-1])
+    else:
+        df = spark.read.schema(export_schema(table)).parquet(path)
     return df.where(F.col("date").between(F.lit(first), F.lit(last)))
 
 
+def _days(path: str, first: dt.date, last: dt.date) -> list[Path]:
+    """The day partitions of ``path`` (a local or mounted folder) from ``first`` to ``last``."""
+    days = (first + dt.timedelta(days=i) for i in range((last - first).days + 1))
+    return [d for d in (Path(path) / f"date={day.isoformat()}" for day in days) if d.is_dir()]
+
+
+def _bucketed(path: str, first: dt.date, last: dt.date) -> int | None:
+    """The number of buckets every existing day partition was written in, None when one is
+    not bucketed (or they differ, or none exists, or the path is not a local folder)."""
+    if "://" in path:
+        return None
+    found = {bucketing.read_marker(day) for day in _days(path, first, last)}
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def _bucketed_table(
+    spark: SparkSession, path: str, table: str, buckets: int, first: dt.date, last: dt.date
+) -> str:
+    """A catalog table over the export's ``table`` declared bucketed as it was written
+    (``CLUSTERED BY (transaction_id) INTO N BUCKETS``), with the days read as its partitions:
+    Spark then scans each bucket in one task and plans no exchange by transaction id.  The
+    table is external (dropping it leaves the files) and named for this run only.  Locations
+    are plain paths: a file URI would escape the ``=`` of ``date=D``."""
+    name = f"halfmq_export_{table}_{uuid.uuid4().hex[:12]}"
+    location = _quoted_path(Path(path))
+    spark.sql(
+        f"CREATE TABLE {name} ({export_schema(table)}) USING parquet PARTITIONED BY (date) "
+        f"CLUSTERED BY ({bucketing.COLUMN}) INTO {buckets} BUCKETS LOCATION '{location}'"
+    )
+    for day in _days(path, first, last):
+        value = day.name.removeprefix("date=")
+        spark.sql(
+            f"ALTER TABLE {name} ADD PARTITION (date='{value}') LOCATION '{_quoted_path(day)}'"
+        )
+    return name
+
+
+def _quoted_path(path: Path) -> str:
+    """``path`` made absolute, for a quoted SQL string."""
+    return str(path.resolve()).replace("\\", "\\\\").replace("'", "\\'")
+
+
+def drop_tables(spark: SparkSession, names: Sequence[str]) -> None:
+    """Drops the catalog tables a run made to read a bucketed export (not their files)."""
+    for name in names:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
 def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreFrames:
-    """Reads ``halfmq export`` output: ``<root>/<table>/date=YYYY-MM-DD/*.parquet``."""
-    tx = _export_table(spark, root, "transactions", window.start, window.end).where(
+    """Reads ``halfmq export`` output: ``<root>/<table>/date=YYYY-MM-DD/*.parquet`` (the
+    transactions and the messages as bucketed tables where they were exported so)."""
+    tables: list[str] = []
+    tx = _export_table(spark, root, "transactions", window.start, window.end, tables).where(
         (F.col("created_at") >= window.start) & (F.col("created_at") < window.end)
     )
-    messages = _export_table(spark, root, "messages", window.read_from, window.horizon).where(
-        (F.col("stored_at") >= window.read_from) & (F.col("stored_at") < window.horizon)
-    )
-    deliveries = _export_table(spark, root, "deliveries", window.read_from, window.horizon).where(
+    messages = _export_table(
+        spark, root, "messages", window.read_from, window.horizon, tables
+    ).where((F.col("stored_at") >= window.read_from) & (F.col("stored_at") < window.horizon))
+    deliveries = _export_table(
+        spark, root, "deliveries", window.read_from, window.horizon, tables
+    ).where(
         (F.col("state") == "ACKED")
         & (F.col("delivered_at") >= window.read_from)
         & (F.col("delivered_at") < window.horizon)
     )
     subs = (
-        _export_table(spark, root, "subscriptions", 0, window.horizon + DAY_MS)
+        _export_table(spark, root, "subscriptions", 0, window.horizon + DAY_MS, tables)
         .groupBy("consumer_group", "topic")
         .agg(
             F.max_by("expression", "date").alias("expression"),
@@ -273,13 +338,14 @@ def store_from_parquet(spark: SparkSession, root: str, window: Window) -> StoreF
         ),
         subscriptions=_typed(subs, SUBSCRIPTION_COLUMNS),
         acks=_typed(deliveries, ACK_COLUMNS),
+        tables=tuple(tables),
     )
 
 
 def exported_statuses(spark: SparkSession, root: str) -> DataFrame:
     """The operators' statuses of the breaks, from the export's newest snapshot
-    (``<root>/break_statuses/date=D``, written by ``halfmq export``)."""
-    path = f"{root.rstrip('/')}/break_statuses"
+    (``<root>/reconcile_break_statuses/date=D``, written by ``halfmq export``)."""
+    path = f"{root.rstrip('/')}/reconcile_break_statuses"
     df = spark.read.parquet(path)
     newest = df.agg(F.max("date")).first()
     return df.where(F.col("date") == F.lit(newest[0] if newest else None)).select(

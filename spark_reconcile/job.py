@@ -97,8 +97,12 @@ def _detect(
     config: ReconcileConfig,
     window: Window,
     keep: Callable[[DataFrame], DataFrame],
+    tables: list[str],
 ) -> tuple[DataFrame, DataFrame | None, extract.StoreFrames]:
+    """The detection over ``window``; the catalog tables made to read a bucketed export are
+    added to ``tables`` (dropped when the run ends)."""
     store, ledger = _sources(spark, config, window)
+    tables.extend(store.tables)
     found = detect(
         store,
         ledger,
@@ -120,6 +124,7 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
     window = config.window
     policy = config.policy or default_policy(SEVERITY)
     kept: list[DataFrame] = []
+    tables: list[str] = []
 
     def keep(df: DataFrame) -> DataFrame:
         kept.append(df.persist(StorageLevel.MEMORY_AND_DISK))
@@ -128,7 +133,7 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
     pool = ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="reconcile")
     try:
         statuses = pool.submit(read_statuses, spark, config)
-        detected, ledger, store = _detect(spark, config, window, keep)
+        detected, ledger, store = _detect(spark, config, window, keep, tables)
         scanned = pool.submit(stakes.scanned, store, ledger)
         found = keep(detected.repartition("kind"))
         load.write_anomalies(found, config.out, config.day)
@@ -136,7 +141,7 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         rates = pool.submit(stakes.match_rates, store.transactions, found)
         groups = pool.submit(stakes.per_consumer_group, found)
         by_id, statuses_from = statuses.result()
-        judged = _breaks(spark, config, found, ledger, keep, by_id, policy)
+        judged = _breaks(spark, config, found, ledger, keep, tables, by_id, policy)
         break_groups = pool.submit(load.break_groups, judged)
         break_rows = load.break_rows(judged, ROWS_PER_KIND)
         figures = BreakFigures.of(break_groups.result(), break_rows, statuses_from=statuses_from)
@@ -150,6 +155,7 @@ def run(config: ReconcileConfig, spark: SparkSession, report_dir: Path | None = 
         pool.shutdown(wait=True, cancel_futures=True)
         for df in kept:
             df.unpersist()
+        extract.drop_tables(spark, tables)
     summary = Summary(
         day=config.day,
         source=_source(config),
@@ -184,6 +190,7 @@ def _breaks(
     found: DataFrame,
     ledger: DataFrame | None,
     keep: Callable[[DataFrame], DataFrame],
+    tables: list[str],
     statuses: dict[str, dict[str, Any]],
     policy: Policy,
 ) -> DataFrame:
@@ -198,7 +205,7 @@ def _breaks(
         first = previous.agg(F.min("first_seen")).first()
         if first is not None and first[0] is not None and day_start_ms(first[0]) < window.start:
             span = Window(day_start_ms(first[0]), window.start, window.horizon, window.as_of)
-            again, _, _ = _detect(spark, config, span, keep)
+            again, _, _ = _detect(spark, config, span, keep, tables)
             ids = previous.select("break_id")
             still = breaks.of_anomalies(again).join(ids, "break_id", "left_semi")
             carried = breaks.carried(previous, keep(still))

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from broker_service.store import schema
+from spark_reconcile import buckets as bucketing
 from spark_reconcile.export import BY_DAY
 
 ledger_metadata = sa.MetaData()
@@ -29,20 +32,49 @@ TRANSFERS = sa.Table(
 CHUNK = 5_000
 
 
-def write_export(tables: dict[str, DataFrame], root: str, day: dt.date) -> None:
+def write_export(tables: dict[str, DataFrame], root: str, day: dt.date, buckets: int = 0) -> None:
     """Day-partitioned tables by their time column, snapshots under ``day``; overwrites only the
-    partitions present in the frames."""
+    partitions present in the frames.  With ``buckets``, the messages and the transactions are
+    laid out as ``halfmq export --buckets`` writes them (``spark_reconcile.buckets``)."""
     for name, frame in tables.items():
         if name in BY_DAY:
             dated = frame.withColumn("date", F.to_date(F.timestamp_millis(F.col(BY_DAY[name]))))
         else:
             dated = frame.withColumn("date", F.lit(day))
+        if buckets and name in bucketing.BUCKETED:
+            _write_bucketed(dated, Path(root) / name, buckets)
+            continue
         (
             dated.write.mode("overwrite")
             .option("partitionOverwriteMode", "dynamic")
             .partitionBy("date")
             .parquet(f"{root.rstrip('/')}/{name}")
         )
+
+
+def _write_bucketed(dated: DataFrame, table: Path, buckets: int) -> None:
+    """Each day of ``dated`` in one file per bucket of its transaction id (Spark's own hash:
+    ``pmod(hash(id), N)``, the partition id of its bucketing), written through a staging
+    folder and renamed as ``halfmq export`` names them, with the day's marker."""
+    staging = table / ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    bucket = F.pmod(F.hash(bucketing.COLUMN), F.lit(buckets))
+    (
+        dated.withColumn("bucket", bucket)
+        .repartition("date", "bucket")
+        .write.partitionBy("date", "bucket")
+        .parquet(str(staging))
+    )
+    for day in sorted(staging.glob("date=*")):
+        target = table / day.name
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for folder in day.glob("bucket=*"):
+            number = int(folder.name.removeprefix("bucket="))
+            for part, file in enumerate(sorted(folder.glob("part-*.parquet"))):
+                file.rename(target / bucketing.file_name(number, part))
+        bucketing.write_marker(target, buckets)
+    shutil.rmtree(staging)
 
 
 def insert(engine: sa.Engine, table: sa.Table, frame: DataFrame) -> int:

@@ -47,6 +47,10 @@ def build_session(
         # in different files, so a partial aggregation before the shuffle shrinks nothing and
         # cost ~2/3 of that pass's CPU at 10M. The job's other aggregations are small.
         "spark.sql.execution.bypassPartialAggregation": "true",
+        # A bucketed export (``buckets.py``) is read bucket by bucket wherever its table is
+        # scanned: left to decide, Spark drops the bucketing under the broadcast join of the
+        # messages with their parked copies, and the view's exchange comes back.
+        "spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
         **dict(conf),
     }
     if remote:

@@ -67,12 +67,14 @@ def expected_counts(spec: generate.Synthetic) -> Counter[str]:
     return Counter({kind: full + (1 if k < rest else 0) for k, kind in enumerate(generate.PLANTED)})
 
 
-def to_parquet(spark: SparkSession, spec: generate.Synthetic, root: Path, reuse: bool) -> float:
+def to_parquet(
+    spark: SparkSession, spec: generate.Synthetic, root: Path, reuse: bool, buckets: int = 0
+) -> float:
     if reuse and (root / "consumer_groups").is_dir():  # written last
         return 0.0
     shutil.rmtree(root, ignore_errors=True)
     started = time.perf_counter()
-    plant.write_export(generate.store(spark, spec), str(root), spec.day)
+    plant.write_export(generate.store(spark, spec), str(root), spec.day, buckets)
     return time.perf_counter() - started
 
 
@@ -300,6 +302,13 @@ def main() -> None:
         help="KEY=VALUE passed to the job's --conf (repeat), to compare settings on one code",
     )
     parser.add_argument(
+        "--buckets",
+        type=int,
+        default=0,
+        help="write the export bucketed by transaction id in N buckets (halfmq export "
+        "--buckets), to export-N-bucketed-B; 0: the plain layout",
+    )
+    parser.add_argument(
         "--remote",
         help="sc://HOST:PORT: run the job on this Spark Connect server (started beforehand, "
         "see README.md) instead of a fresh local[2] driver",
@@ -313,9 +322,11 @@ def main() -> None:
         spec = generate.Synthetic(n=n, day=DAY)
         for source in opts.sources:
             if source == "parquet":
-                root = opts.work / f"export-{n}"
-                log(f"N={n:,}: generating the Parquet export")
-                log(f"  generated in {to_parquet(spark, spec, root, opts.reuse):.1f} s")
+                bucketed = f"-bucketed-{opts.buckets}" if opts.buckets else ""
+                root = opts.work / f"export-{n}{bucketed}"
+                log(f"N={n:,}: generating the Parquet export{bucketed}")
+                took = to_parquet(spark, spec, root, opts.reuse, opts.buckets)
+                log(f"  generated in {took:.1f} s")
                 args = ["--parquet", str(root)]
             else:
                 name = f"bench_recon_{n}"
