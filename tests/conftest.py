@@ -1,9 +1,11 @@
 """Fixtures shared by every test: real stores (a SQLite file, the machine's PostgreSQL) and brokers;
 and the rule that splits a test run on several stores between the tiers (docs/testing.md).
 
-PostgreSQL is at ``HALFMQ_TEST_PG`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``);
-each test gets its own schema (or, where it needs one, its own database), dropped afterwards.  When it is unreachable the test is skipped --
-except under ``CI=true``, where it fails.
+PostgreSQL is at ``HALFMQ_TEST_PG`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``).
+A test that asks for a migrated store gets the session's migrated schema, emptied for it
+(tests/reused_schema.py); any other gets its own empty schema (or, where it needs one, its own
+database), dropped afterwards.  When PostgreSQL is unreachable the test is skipped -- except under
+``CI=true``, where it fails.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
+from tests.reused_schema import ReusedSchema
 from tests.support import ACL, PG_BASE_URL, BrokerApp, BrokerProcess, free_port
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -131,11 +134,34 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'broker.db'}"
 
 
+@pytest.fixture(scope="session")
+def _reused_pg_schema() -> Iterator[ReusedSchema]:
+    """The session's (the worker's) migrated PostgreSQL schema, made when a test first asks."""
+    schema = ReusedSchema(PG_BASE_URL)
+    yield schema
+    schema.close()
+
+
+@pytest.fixture
+def pg_migrated_url(_reused_pg_schema: ReusedSchema) -> str:
+    """A migrated PostgreSQL schema holding no row: the session's, emptied for this test."""
+    _pg_or_skip()
+    return _reused_pg_schema.empty()
+
+
+def sql_store_fixture(kind: str, request: pytest.FixtureRequest) -> str:
+    """The fixture giving a test's store of ``kind``: on PostgreSQL, the session's migrated schema
+    emptied when the test asks for a migrated store, a fresh empty schema when it migrates (or
+    not) itself."""
+    if kind == "sqlite":
+        return "sqlite_url"
+    return "pg_migrated_url" if "migrated_url" in request.fixturenames else "pg_url"
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest) -> str:
     """Every store-touching test runs on both stores."""
-    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
-    url: str = request.getfixturevalue(name)
+    url: str = request.getfixturevalue(sql_store_fixture(request.param, request))
     return url
 
 
@@ -150,16 +176,22 @@ def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def migrated_url(store_url: str, request: pytest.FixtureRequest) -> str:
+def migrated(store_url: str, request: pytest.FixtureRequest) -> str:
+    """``store_url`` migrated: a copy of the session's migrated SQLite file, the session's
+    PostgreSQL schema as it is (``pg_migrated_url``), or any other URL migrated by Alembic."""
     from broker_service.store import migrate
 
     if store_url.startswith("sqlite:///"):
         template: Path = request.getfixturevalue("_migrated_sqlite")
         shutil.copyfile(template, store_url.removeprefix("sqlite:///"))
-        return store_url
-    migrate.upgrade(store_url)
+    elif store_url != request.getfixturevalue("_reused_pg_schema").url:
+        migrate.upgrade(store_url)
     return store_url
+
+
+@pytest.fixture
+def migrated_url(store_url: str, request: pytest.FixtureRequest) -> str:
+    return migrated(store_url, request)
 
 
 @pytest.fixture

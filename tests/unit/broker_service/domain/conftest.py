@@ -13,10 +13,8 @@ where a test asks for ``any_store`` or runs a broker) and the in-memory store
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +27,7 @@ from broker_service.domain.ports import Store
 from broker_service.domain.transactions.checkback import CheckBack
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.memstore import MemoryStore
-from broker_service.store import migrate
+from tests.conftest import migrated, sql_store_fixture
 from tests.support import MEMORY_URL, open_store
 
 # The stores the ``store`` and ``any_store`` fixtures give, by the name a test's id carries.
@@ -63,7 +61,7 @@ async def _opened(kind: str, request: pytest.FixtureRequest) -> AsyncIterator[St
         yield memory
         memory.close()
         return
-    url: str = request.getfixturevalue("sqlite_url" if kind == "sqlite" else "pg_url")
+    url: str = request.getfixturevalue("sqlite_url" if kind == "sqlite" else "pg_migrated_url")
     async with open_store(url) as opened:
         yield opened
 
@@ -86,7 +84,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
     """Every store a broker of these tests runs on (the root conftest's, and memory)."""
     if request.param == "memory":
         return MEMORY_URL
-    url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    url: str = request.getfixturevalue(sql_store_fixture(request.param, request))
     return url
 
 
@@ -95,12 +93,7 @@ def migrated_url(store_url: str, request: pytest.FixtureRequest) -> str:
     """The root conftest's ``migrated_url``, and the memory store's URL as it is."""
     if store_url == MEMORY_URL:
         return store_url
-    if store_url.startswith("sqlite:///"):
-        template: Path = request.getfixturevalue("_migrated_sqlite")
-        shutil.copyfile(template, store_url.removeprefix("sqlite:///"))
-        return store_url
-    migrate.upgrade(store_url)
-    return store_url
+    return migrated(store_url, request)
 
 
 @pytest.fixture
