@@ -11,6 +11,7 @@ from broker_service.domain.consumers.model import (
     DeliveryState,
     retry_topic,
 )
+from broker_service.domain.ports.retention import DelayedPurge
 from broker_service.domain.retention.model import (
     TABLES,
     HeadRow,
@@ -28,7 +29,6 @@ from broker_service.memstore.state import Lease
 _HALF_TOPICS = (names.HALF_TOPIC, names.OP_HALF_TOPIC, names.CHECK_MAX_TIME_TOPIC)
 _RESOLVED = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
 _FINISHED = (DeliveryState.ACKED, DeliveryState.NACKED, DeliveryState.EXPIRED, DeliveryState.DEAD)
-_DELAYED_SCAN = 5_000  # offsets of a schedule queue scanned for released messages at a time
 
 
 class RetentionPart(ProgressPart):
@@ -206,43 +206,23 @@ class RetentionPart(ProgressPart):
             self.drop(self.s.transactions, record.transaction_id)
         return counts
 
-    def purge_released_delayed(
-        self,
-        topic: str,
-        queue_id: int,
-        released_before: int,
-        stored_before: int,
-        limit: int | None,
-        *,
-        dry_run: bool = False,
-        start: int | None = None,
-        end: int | None = None,
-    ) -> dict[str, int]:
-        """Released delayed messages among offsets ``start`` (None: the queue's ``min_offset``)
-        to ``end`` (None: a bounded scan past ``start``); ``dry_run``: those of the whole queue."""
-
-        def done(m_released: int | None, m_stored: int) -> bool:
-            return (
-                m_released is not None and m_released < released_before and m_stored < stored_before
-            )
-
-        if dry_run:
-            n = sum(
-                1 for m in self.queue_messages(topic, queue_id) if done(m.released_at, m.stored_at)
-            )
-            return {"messages": n}
+    def purge_released_delayed(self, purge: DelayedPurge) -> dict[str, int]:
+        topic, queue_id, limit = purge.topic, purge.queue_id, purge.limit
+        if purge.dry_run:
+            theirs = self.queue_messages(topic, queue_id)
+            return {"messages": sum(1 for m in theirs if purge.done(m.released_at, m.stored_at))}
+        start = purge.start
         if start is None:
             row = self.s.queues.get((topic, queue_id))
             if row is None:
                 return {"messages": 0}
             start = row.min_offset
-        if end is None:
-            end = start + max(limit or 0, _DELAYED_SCAN)
+        end = purge.end_from(start)
         chosen: list[int] = []
         for m in self.queue_messages(topic, queue_id, start):
             if m.queue_offset >= end or (limit is not None and len(chosen) >= limit):
                 break
-            if done(m.released_at, m.stored_at):
+            if purge.done(m.released_at, m.stored_at):
                 chosen.append(m.id)
         for message_id in chosen:
             self.delete_message(message_id)

@@ -35,6 +35,7 @@ from broker_service.domain.consumers.model import (
     retry_topic,
 )
 from broker_service.domain.errors import Busy
+from broker_service.domain.ports.retention import DelayedPurge
 from broker_service.domain.retention.model import (
     TABLES,
     HeadRow,
@@ -80,8 +81,6 @@ _FINISHED = tuple(
     s.value
     for s in (DeliveryState.ACKED, DeliveryState.NACKED, DeliveryState.EXPIRED, DeliveryState.DEAD)
 )
-# A delayed queue is scanned for released messages this many offsets at a time.
-_DELAYED_SCAN = 5_000
 _EXPIRE_TRIES = 8  # reads of a position that another broker's acks keep moving
 _PAGES_KEPT = 8  # SQLite keeps a free eighth of its file for new rows; a quarter free is given back
 _VACUUM_STEP = 2048  # pages one compact gives back (8 MB of 4 KiB pages): a short writer's turn
@@ -394,47 +393,34 @@ class RetentionPart(SqlPart):
                 .values(min_offset=func.coalesce(oldest.scalar_subquery(), q.next_offset))
             )
 
-    def purge_released_delayed(
-        self,
-        topic: str,
-        queue_id: int,
-        released_before: int,
-        stored_before: int,
-        limit: int | None,
-        *,
-        dry_run: bool = False,
-        start: int | None = None,
-        end: int | None = None,
-    ) -> dict[str, int]:
-        """Released delayed messages among offsets ``start`` (None: the queue's ``min_offset``)
-        to ``end`` (None: ``_DELAYED_SCAN`` past ``start``, or ``limit`` if more): a bounded
-        range of the unique index, however many messages still waiting come before it.  The
-        purge walks a schedule queue range by range (RetentionService._delayed): a queue's head
-        can wait for days (an explicit ``deliver_at``) while the messages behind it are released.
-        ``dry_run``: count those of the whole queue."""
+    def purge_released_delayed(self, purge: DelayedPurge) -> dict[str, int]:
+        """A bounded range of the unique index (``purge.end_from``), however many messages still
+        waiting come before it.  The purge walks a schedule queue range by range
+        (RetentionService._delayed): a queue's head can wait for days (an explicit
+        ``deliver_at``) while the messages behind it are released."""
+        topic, queue_id = purge.topic, purge.queue_id
         done = and_(
             m.released_at.is_not(None),
-            m.released_at < released_before,
-            m.stored_at < stored_before,
+            m.released_at < purge.released_before,
+            m.stored_at < purge.stored_before,
         )
-        if dry_run:
+        if purge.dry_run:
             n = self.conn.execute(
                 select(func.count()).where(m.topic == topic, m.queue_id == queue_id, done)
             )
             return {"messages": int(n.scalar_one())}
+        start = purge.start
         if start is None:
             start = self.conn.execute(
                 select(q.min_offset).where(q.topic == topic, q.queue_id == queue_id)
             ).scalar()
             if start is None:
                 return {"messages": 0}
-        if end is None:
-            end = start + max(limit or 0, _DELAYED_SCAN)
         chosen = (
             select(m.id)
-            .where(_in_queue(topic, queue_id, start, end), done)
+            .where(_in_queue(topic, queue_id, start, purge.end_from(start)), done)
             .order_by(m.queue_offset)
-            .limit(limit)
+            .limit(purge.limit)
             .scalar_subquery()
         )
         gone = self.conn.execute(delete(messages).where(m.id.in_(chosen))).rowcount

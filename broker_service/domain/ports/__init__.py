@@ -38,7 +38,7 @@ from broker_service.domain.ports.consumers import (
 )
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
 from broker_service.domain.ports.nonces import NonceKey, RequestNonce
-from broker_service.domain.ports.retention import RetentionStore, StoreUpkeep
+from broker_service.domain.ports.retention import DelayedPurge, RetentionStore, StoreUpkeep
 from broker_service.domain.ports.store import (
     Command,
     Half,
@@ -63,6 +63,7 @@ __all__ = [
     "ClientStore",
     "Command",
     "CopyStore",
+    "DelayedPurge",
     "DeliveryStore",
     "GroupStore",
     "Half",

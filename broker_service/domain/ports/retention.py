@@ -7,9 +7,45 @@ unit of work stays short beside the sends it shares the writer with.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from broker_service.domain.retention.model import HeadRow, QueueHead, Reader, StoreStats
+
+DELAYED_SCAN = 5_000  # offsets of a schedule queue scanned for released messages at a time
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedPurge:
+    """What :meth:`RetentionStore.purge_released_delayed` deletes: the delayed messages of the
+    schedule queue ``topic``/``queue_id`` released before ``released_before`` and stored before
+    ``stored_before``, at most ``limit`` (None: all), among its offsets ``start`` (None: the
+    queue's ``min_offset``) to ``end`` (None: :meth:`end_from`); those still waiting stay.
+    ``dry_run``: count those of the whole queue, delete nothing."""
+
+    topic: str
+    queue_id: int
+    released_before: int
+    stored_before: int
+    limit: int | None = None
+    dry_run: bool = False
+    start: int | None = None
+    end: int | None = None
+
+    def done(self, released_at: int | None, stored_at: int) -> bool:
+        """Whether a message so released and stored is one to purge."""
+        return (
+            released_at is not None
+            and released_at < self.released_before
+            and stored_at < self.stored_before
+        )
+
+    def end_from(self, start: int) -> int:
+        """``end``, else ``DELAYED_SCAN`` offsets past ``start`` (``limit`` if more): a bounded
+        range, however many messages still waiting come before it."""
+        if self.end is not None:
+            return self.end
+        return start + max(self.limit or 0, DELAYED_SCAN)
 
 
 class RetentionStore(Protocol):
@@ -62,21 +98,8 @@ class RetentionStore(Protocol):
         record and parked copy; never a PREPARED or DISCARDED one."""
         ...
 
-    def purge_released_delayed(
-        self,
-        topic: str,
-        queue_id: int,
-        released_before: int,
-        stored_before: int,
-        limit: int | None,
-        *,
-        dry_run: bool = False,
-        start: int | None = None,
-        end: int | None = None,
-    ) -> dict[str, int]:
-        """Delayed messages already moved to their real topic, among the schedule queue's
-        offsets ``start`` (None: its ``min_offset``) to ``end`` (None: a bounded scan past
-        ``start``); those still waiting stay."""
+    def purge_released_delayed(self, purge: DelayedPurge) -> dict[str, int]:
+        """The released delayed messages ``purge`` names: ``{"messages": n}``."""
         ...
 
     def purge_deliveries(

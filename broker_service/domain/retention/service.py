@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TypeVar
 
 from broker_service.domain import names
@@ -24,6 +24,7 @@ from broker_service.domain.clock import now_ms
 from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.errors import Conflict
 from broker_service.domain.ports import (
+    DelayedPurge,
     RequestNonce,
     RetentionStore,
     Store,
@@ -85,26 +86,21 @@ class _Round:
     nonce: RequestNonce | None  # the signed request's, taken by the round's first write
 
 
+@dataclass(eq=False)
 class RetentionService:
-    def __init__(
-        self,
-        store: Store,
-        policy: RetentionPolicy,
-        clock: Callable[[], int] = now_ms,
-        *,
-        lease_ms: int = LEASE_MS,
-        on_round: Callable[[PurgeReport], None] | None = None,
-        upkeep: StoreUpkeep | None = None,
-    ) -> None:
-        """``on_round``: told of every round that purged (not of dry runs), whoever asked for
-        it -- the scheduler or an operator -- to count it."""
-        self.store = store
-        self.policy = policy
-        self.clock = clock
-        self.lease_ms = lease_ms
-        self.on_round = on_round
-        self.upkeep = upkeep
-        self._running = asyncio.Lock()  # one round at a time in this broker
+    """Purge rounds on ``store`` by ``policy``, each holding the store's purge lease
+    ``lease_ms`` past its last unit of work.  ``on_round``: told of every round that purged (not
+    of dry runs), whoever asked for it -- the scheduler or an operator -- to count it."""
+
+    store: Store
+    policy: RetentionPolicy
+    clock: Callable[[], int] = now_ms
+    _: KW_ONLY
+    lease_ms: int = LEASE_MS
+    on_round: Callable[[PurgeReport], None] | None = None
+    upkeep: StoreUpkeep | None = None
+    # one round at a time in this broker
+    _running: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def purge(
         self,
@@ -277,12 +273,11 @@ class RetentionService:
         now = self.clock()
         cuts = cuts_for(self.policy, head.topic, now, state.exported)
         released_before = now - self.policy.retention_ms
+        purge = DelayedPurge(head.topic, head.queue_id, released_before, cuts.age, dry_run=dry_run)
         if dry_run:
 
             def count(tx: RetentionStore) -> dict[str, int]:
-                return tx.purge_released_delayed(
-                    head.topic, head.queue_id, released_before, cuts.age, None, dry_run=True
-                )
+                return tx.purge_released_delayed(purge)
 
             state.report.add(await self._step(state, count, True))
             return
@@ -298,15 +293,9 @@ class RetentionService:
             if first[0].stored_at >= cuts.age:
                 return None  # stored in offset order: none behind it is old enough either
             start = first[0].queue_offset  # past a hole left by the ranges before
-            counts = tx.purge_released_delayed(
-                head.topic,
-                head.queue_id,
-                released_before,
-                cuts.age,
-                min(self.policy.batch, state.budget),
-                start=start,
-                end=start + _DELAYED_RANGE,
-            )
+            limit = min(self.policy.batch, state.budget)
+            ranged = replace(purge, limit=limit, start=start, end=start + _DELAYED_RANGE)
+            counts = tx.purge_released_delayed(ranged)
             return start, counts["messages"]
 
         while state.budget > 0:
