@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import fields, is_dataclass
+from typing import Any, TypeVar, cast
 
 import orjson
 from sqlalchemy import Row
@@ -25,6 +26,8 @@ from broker_service.domain.transactions.model import (
     TransactionRecord,
     TransactionState,
 )
+
+R = TypeVar("R")
 
 
 def _mapping(row: Row[Any] | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -154,46 +157,58 @@ def message_row(m: PendingMessage) -> tuple[Any, ...]:
     )
 
 
+def _json_tuple(text: str | None) -> tuple[Any, ...]:
+    return tuple(orjson.loads(text)) if text else ()
+
+
+def _json_dict(text: str | None) -> dict[str, Any]:
+    return orjson.loads(text) if text else {}
+
+
+def _optional(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: kind(value) if value else None
+
+
+def _field_names(record: Any) -> list[str]:
+    """A dataclass's or a named tuple's fields, in the order its constructor takes them."""
+    if is_dataclass(record):
+        return [f.name for f in fields(record)]
+    return list(record._fields)
+
+
+def _reader(
+    record: Callable[..., R], convert: Mapping[str, Callable[[Any], Any]], prefix: str = ""
+) -> Callable[[Any], R]:
+    """Reads a ``record`` (a dataclass or named tuple) from a row whose columns are named as its
+    fields (``prefix`` + field, as in a join): each column's value as the driver gives it, or
+    through ``convert``'s function for it (an enum from its value, bytes, JSON, a bool)."""
+    names = _field_names(record)
+    values = operator.itemgetter(*(prefix + name for name in names))
+    steps = [(i, convert[name]) for i, name in enumerate(names) if name in convert]
+
+    def read(row: Any) -> R:
+        got = list(values(_mapping(row)))
+        for i, fn in steps:
+            got[i] = fn(got[i])
+        return record(*got)
+
+    return read
+
+
+_MESSAGE: dict[str, Callable[[Any], Any]] = {
+    "body": bytes,
+    "keys": _json_tuple,
+    "properties": _json_dict,
+}
+_message_readers = {prefix: _reader(StoredMessage, _MESSAGE, prefix) for prefix in ("", "m_")}
+
+
 def stored_message(row: Row[Any] | Mapping[str, Any], prefix: str = "") -> StoredMessage:
     """A ``messages`` row (its columns named ``prefix`` + column, as in a join) as a record."""
-    m = _mapping(row)
-    p = prefix
-    keys, properties = m[p + "keys"], m[p + "properties"]
-    return StoredMessage(
-        id=m[p + "id"],
-        topic=m[p + "topic"],
-        queue_id=m[p + "queue_id"],
-        queue_offset=m[p + "queue_offset"],
-        msg_id=m[p + "msg_id"],
-        body=bytes(m[p + "body"]),
-        encoding=m[p + "encoding"],
-        tags=m[p + "tags"],
-        keys=tuple(orjson.loads(keys)) if keys else (),
-        properties=orjson.loads(properties) if properties else {},
-        sharding_key=m[p + "sharding_key"],
-        transaction_id=m[p + "transaction_id"],
-        producer_group=m[p + "producer_group"],
-        born_at=m[p + "born_at"],
-        stored_at=m[p + "stored_at"],
-        deliver_at=m[p + "deliver_at"],
-        released_at=m[p + "released_at"],
-        reconsume_times=m[p + "reconsume_times"],
-        origin_id=m[p + "origin_id"],
-        content_hash=m[p + "content_hash"],
-        dedup_key=m[p + "dedup_key"],
-    )
+    return _message_readers[prefix](row)
 
 
-def topic_record(row: Row[Any] | Mapping[str, Any]) -> Topic:
-    m = _mapping(row)
-    return Topic(
-        name=m["name"],
-        queues=m["queues"],
-        ordered=bool(m["ordered"]),
-        perm=m["perm"],
-        system=bool(m["system"]),
-        created_at=m["created_at"],
-    )
+topic_record = _reader(Topic, {"ordered": bool, "system": bool})
 
 
 TRANSACTION_COLUMNS = (
@@ -228,86 +243,18 @@ def transaction_row(record: TransactionRecord, half_offset: int) -> tuple[Any, .
     )
 
 
-def transaction_record(row: Row[Any] | Mapping[str, Any]) -> TransactionRecord:
-    m = _mapping(row)
-    return TransactionRecord(
-        transaction_id=m["transaction_id"],
-        msg_id=m["msg_id"],
-        producer_group=m["producer_group"],
-        topic=m["topic"],
-        half_offset=m["half_offset"],
-        real_queue_id=m["real_queue_id"],
-        state=TransactionState(m["state"]),
-        check_times=m["check_times"],
-        created_at=m["created_at"],
-        check_immunity_ms=m["check_immunity_ms"],
-        next_check_at=m["next_check_at"],
-        resolved_at=m["resolved_at"],
-        resolved_by=ResolvedBy(m["resolved_by"]) if m["resolved_by"] else None,
-        discarded_at=m["discarded_at"],
-        discard_reason=m["discard_reason"],
-        check_client_id=m["check_client_id"],
-        last_checked_at=m["last_checked_at"],
-        last_check_error=m["last_check_error"],
-        last_check_error_at=m["last_check_error_at"],
-        undelivered_since=m["undelivered_since"],
-        check_pending_pull=bool(m["check_pending_pull"]),
-        resolved_client=m["resolved_client"],
-    )
-
-
-def producer_instance(row: Row[Any]) -> ProducerInstance:
-    m = row._mapping
-    return ProducerInstance(
-        producer_group=m["producer_group"],
-        client_id=m["client_id"],
-        callback_url=m["callback_url"],
-        topics=tuple(orjson.loads(m["topics"])) if m["topics"] else (),
-        last_heartbeat_at=m["last_heartbeat_at"],
-        unreachable_until=m["unreachable_until"],
-        last_error=m["last_error"],
-        last_error_at=m["last_error_at"],
-        access_key=m["access_key"],
-    )
-
-
-def consumer_group(r: Any) -> ConsumerGroup:
-    return ConsumerGroup(
-        name=r["name"],
-        message_model=MessageModel(r["message_model"]),
-        consume_from=ConsumeFrom(r["consume_from"]),
-        consume_timestamp=r["consume_timestamp"],
-        max_reconsume_times=r["max_reconsume_times"],
-        orderly=bool(r["orderly"]),
-        created_at=r["created_at"],
-    )
-
-
-def queue_progress(r: Any) -> QueueProgress:
-    return QueueProgress(
-        consumer_group=r["consumer_group"],
-        topic=r["topic"],
-        queue_id=r["queue_id"],
-        client_id=r["client_id"],
-        committed_offset=r["committed_offset"],
-        pulled_offset=r["pulled_offset"],
-        expired=r.get("expired", 0),
-    )
-
-
-def delivery(r: Any) -> Delivery:
-    return Delivery(
-        id=r["id"],
-        consumer_group=r["consumer_group"],
-        client_id=r["client_id"],
-        topic=r["topic"],
-        queue_id=r["queue_id"],
-        queue_offset=r["queue_offset"],
-        msg_id=r["msg_id"],
-        receipt_handle=r["receipt_handle"],
-        state=DeliveryState(r["state"]),
-        reconsume_times=r["reconsume_times"],
-        delivered_at=r["delivered_at"],
-        invisible_until=r["invisible_until"],
-        finished_at=r["finished_at"],
-    )
+transaction_record = _reader(
+    TransactionRecord,
+    {
+        "state": TransactionState,
+        "resolved_by": _optional(ResolvedBy),
+        "check_pending_pull": bool,
+    },
+)
+producer_instance = _reader(ProducerInstance, {"topics": _json_tuple})
+consumer_group = _reader(
+    ConsumerGroup,
+    {"message_model": MessageModel, "consume_from": ConsumeFrom, "orderly": bool},
+)
+queue_progress = _reader(QueueProgress, {})
+delivery = _reader(Delivery, {"state": DeliveryState})
