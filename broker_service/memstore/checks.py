@@ -12,7 +12,7 @@ from broker_service.domain.transactions.model import (
     TransactionRecord,
     TransactionState,
 )
-from broker_service.memstore.transactions import TransactionPart
+from broker_service.memstore.transactions import OUT_OF_CHECKS, TransactionPart
 
 PREPARED, DISCARDED = TransactionState.PREPARED, TransactionState.DISCARDED
 
@@ -73,13 +73,10 @@ class CheckPart(TransactionPart):
 
     def claim_due_transactions(self, now: int, limit: int) -> list[TransactionRecord]:
         # next_check_at is set only while a half is open: no state condition needed.
-        due = [
-            row
-            for row in self.s.transactions.values()
-            if row.record.next_check_at is not None and row.record.next_check_at <= now
-        ]
-        due.sort(key=lambda row: (row.record.next_check_at, row.seq))
-        return [row.record for row in due[:limit]]
+        def due(record: TransactionRecord) -> bool:
+            return record.next_check_at is not None and record.next_check_at <= now
+
+        return self.first_transactions(due, lambda record: record.next_check_at, limit)
 
     def assign_check(
         self,
@@ -140,21 +137,13 @@ class CheckPart(TransactionPart):
         row = self.open_row(transaction_id)
         if row is None:
             return
-        record = row.record._replace(next_check_at=at, check_pending_pull=False)
-        self.set_row(row._replace(record=record, claimed_by=None, claimed_until=None))
+        self.unclaim(row, next_check_at=at, check_pending_pull=False)
 
     def discard_transaction(self, transaction_id: str, at: int, reason: str) -> bool:
         row = self.s.transactions.get(transaction_id)
         if row is None or row.record.state != PREPARED:
             return False
-        record = row.record._replace(
-            state=DISCARDED,
-            discarded_at=at,
-            discard_reason=reason,
-            next_check_at=None,
-            check_pending_pull=False,
-        )
-        self.set_row(row._replace(record=record, claimed_by=None, claimed_until=None))
+        self.unclaim(row, state=DISCARDED, discarded_at=at, discard_reason=reason, **OUT_OF_CHECKS)
         return True
 
     def finish_check(self, transaction_id: str, next_check_at: int) -> None:
@@ -164,8 +153,7 @@ class CheckPart(TransactionPart):
         if row is None or row.record.state not in (PREPARED, DISCARDED):
             return
         due = next_check_at if row.record.state == PREPARED else None
-        record = row.record._replace(next_check_at=due)
-        self.set_row(row._replace(record=record, claimed_by=None, claimed_until=None))
+        self.unclaim(row, next_check_at=due)
 
     def force_check(self, transaction_id: str, now: int) -> None:
         row = self.open_row(transaction_id)
@@ -179,16 +167,15 @@ class CheckPart(TransactionPart):
     def pending_pull_checks(
         self, group: str, client_id: str, limit: int
     ) -> list[TransactionRecord]:
-        found = [
-            row
-            for row in self.s.transactions.values()
-            if row.record.producer_group == group
-            and row.record.check_client_id == client_id
-            and row.record.check_pending_pull
-            and row.record.state in (PREPARED, DISCARDED)
-        ]
-        found.sort(key=lambda row: (_nulls_first(row.record.next_check_at), row.seq))
-        return [row.record for row in found[:limit]]
+        def pending(record: TransactionRecord) -> bool:
+            return (
+                record.producer_group == group
+                and record.check_client_id == client_id
+                and record.check_pending_pull
+                and record.state in (PREPARED, DISCARDED)
+            )
+
+        return self.first_transactions(pending, lambda r: _nulls_first(r.next_check_at), limit)
 
     def mark_pulled(self, transaction_id: str, now: int, next_check_at: int) -> None:
         row = self.s.transactions.get(transaction_id)

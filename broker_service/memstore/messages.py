@@ -203,28 +203,12 @@ class MessagePart(Part):
         return min(waiting, default=None)
 
 
+# The columns a pending message brings to its row: all but the id and the release, given after.
+_PENDING_COLUMNS = [name for name in StoredMessage._fields if name not in ("id", "released_at")]
+
+
 def _stored(message_id: int, m: PendingMessage) -> StoredMessage:
     """The row a pending message becomes (its properties copied: the record is not the row)."""
-    return StoredMessage(
-        message_id,
-        m.topic,
-        m.queue_id,
-        m.queue_offset,
-        m.msg_id,
-        bytes(m.body),
-        m.encoding,
-        m.tags,
-        tuple(m.keys),
-        dict(m.properties),
-        m.sharding_key,
-        m.transaction_id,
-        m.producer_group,
-        m.born_at,
-        m.stored_at,
-        m.deliver_at,
-        None,
-        m.reconsume_times,
-        m.origin_id,
-        m.content_hash,
-        m.dedup_key,
-    )
+    values = {name: getattr(m, name) for name in _PENDING_COLUMNS}
+    values.update(body=bytes(m.body), keys=tuple(m.keys), properties=dict(m.properties))
+    return StoredMessage(id=message_id, released_at=None, **values)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from broker_service.domain import names
 from broker_service.domain.messages.model import PendingMessage, StoredMessage
 from broker_service.domain.ports import ResolveOutcome
@@ -17,6 +20,10 @@ from broker_service.memstore.state import TxRow
 OPEN = (TransactionState.PREPARED, TransactionState.DISCARDED)
 
 
+# What a transaction out of the check-back holds (the SQL store's statements.OUT_OF_CHECKS).
+OUT_OF_CHECKS: dict[str, Any] = {"next_check_at": None, "check_pending_pull": False}
+
+
 class TransactionPart(MessagePart):
     def open_row(self, transaction_id: str) -> TxRow | None:
         row = self.s.transactions.get(transaction_id)
@@ -24,6 +31,25 @@ class TransactionPart(MessagePart):
 
     def set_row(self, row: TxRow) -> None:
         self.put(self.s.transactions, row.record.transaction_id, row)
+
+    def unclaim(self, row: TxRow, **changes: Any) -> None:
+        """Store ``row`` with its record's ``changes`` (fields), its check claim released."""
+        record = row.record._replace(**changes)
+        self.set_row(row._replace(record=record, claimed_by=None, claimed_until=None))
+
+    def first_transactions(
+        self,
+        keep: Callable[[TransactionRecord], bool],
+        order: Callable[[TransactionRecord], Any],
+        limit: int,
+    ) -> list[TransactionRecord]:
+        """The transactions ``keep`` keeps, in ``order`` (ties: as they were inserted), at most
+        ``limit``: the SQL store's ``ORDER BY ... LIMIT``."""
+        rows = self.s.transactions.values()
+        found = sorted(
+            (row for row in rows if keep(row.record)), key=lambda r: (order(r.record), r.seq)
+        )
+        return [row.record for row in found[:limit]]
 
     def insert_transaction(self, record: TransactionRecord, half: PendingMessage) -> None:
         if record.transaction_id in self.s.transactions:
@@ -64,15 +90,14 @@ class TransactionPart(MessagePart):
         created_before: int | None,
         limit: int,
     ) -> list[TransactionRecord]:
-        found = [
-            row
-            for row in self.s.transactions.values()
-            if (state is None or row.record.state == state)
-            and (producer_group is None or row.record.producer_group == producer_group)
-            and (created_before is None or row.record.created_at <= created_before)
-        ]
-        found.sort(key=lambda row: (row.record.created_at, row.seq))
-        return [row.record for row in found[:limit]]
+        def keep(record: TransactionRecord) -> bool:
+            return (
+                (state is None or record.state == state)
+                and (producer_group is None or record.producer_group == producer_group)
+                and (created_before is None or record.created_at <= created_before)
+            )
+
+        return self.first_transactions(keep, lambda record: record.created_at, limit)
 
     def resolve_transaction(
         self,
@@ -87,13 +112,6 @@ class TransactionPart(MessagePart):
         row = self.open_row(transaction_id)
         if row is None:
             return ResolveOutcome.NOT_OPEN
-        record = row.record._replace(
-            state=state,
-            resolved_at=at,
-            resolved_by=by,
-            resolved_client=client,
-            next_check_at=None,
-            check_pending_pull=False,
-        )
-        self.set_row(row._replace(record=record, claimed_by=None, claimed_until=None))
+        resolved = {"resolved_at": at, "resolved_by": by, "resolved_client": client}
+        self.unclaim(row, state=state, **resolved, **OUT_OF_CHECKS)
         return ResolveOutcome.RESOLVED

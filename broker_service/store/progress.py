@@ -106,15 +106,17 @@ _oldest_open_of_row = (
     .scalar_subquery()
 )
 _q = queues.c
+# A queue's bounds and a group's progress in it: what the overview and the claims read.
+_QUEUE_AND_PROGRESS = (
+    _q.topic,
+    _q.queue_id,
+    _q.min_offset,
+    _q.next_offset,
+    o.committed_offset,
+    o.pulled_offset,
+)
 _overview = (
-    select(
-        _q.topic,
-        _q.queue_id,
-        _q.min_offset,
-        _q.next_offset,
-        o.committed_offset,
-        o.pulled_offset,
-    )
+    select(*_QUEUE_AND_PROGRESS)
     .join(topics, topics.c.name == _q.topic)
     .outerjoin(
         consumer_offsets,
@@ -134,14 +136,7 @@ _TEXTS = postgresql.ARRAY(String)
 _INTS = postgresql.ARRAY(Integer)
 # PostgreSQL only (SQLite serializes claims in its one writer).
 _candidates_locked = Prepared(
-    select(
-        _q.topic,
-        _q.queue_id,
-        _q.min_offset,
-        _q.next_offset,
-        o.committed_offset,
-        o.pulled_offset,
-    )
+    select(*_QUEUE_AND_PROGRESS)
     .select_from(consumer_offsets)
     .join(queues, and_(_q.topic == o.topic, _q.queue_id == o.queue_id))
     .join(topics, topics.c.name == o.topic)
