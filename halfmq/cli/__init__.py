@@ -17,6 +17,7 @@ libraries (the broker's, Spark's) says which one to install, in one line, and ex
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn
@@ -28,138 +29,55 @@ from typer.core import TyperCommand, TyperGroup
 @dataclass(frozen=True, slots=True)
 class Lazy:
     """A command ``halfmq --help`` lists without importing it: ``about`` is its help's first
-    paragraph (the group's ``help=``, the function's docstring), ``load`` imports it."""
+    paragraph (the group's ``help=``, the function's docstring), ``target`` where it is
+    (``module:attribute``, a Typer group or a command function), imported by :meth:`load`."""
 
     about: str
-    load: Callable[[], typer.Typer | Callable[..., Any]]
+    target: str
 
-
-def _send() -> Callable[..., Any]:
-    from halfmq.cli import send
-
-    return send.send
-
-
-def _consume() -> Callable[..., Any]:
-    from halfmq.cli import consume
-
-    return consume.consume
-
-
-def _demo() -> Callable[..., Any]:
-    from halfmq.cli import demo
-
-    return demo.demo
-
-
-def _export() -> Callable[..., Any]:
-    from spark_reconcile import cli  # imports pyspark / pyarrow only when run
-
-    return cli.export
-
-
-def _reconcile() -> Callable[..., Any]:
-    from spark_reconcile import cli
-
-    return cli.reconcile
-
-
-def _broker() -> typer.Typer:
-    from halfmq.cli import broker
-
-    return broker.app
-
-
-def _db() -> typer.Typer:
-    from halfmq.cli import db
-
-    return db.app
-
-
-def _topic() -> typer.Typer:
-    from halfmq.cli import topics
-
-    return topics.app
-
-
-def _transaction() -> typer.Typer:
-    from halfmq.cli import transactions
-
-    return transactions.app
-
-
-def _message() -> typer.Typer:
-    from halfmq.cli import messages
-
-    return messages.app
-
-
-def _group() -> typer.Typer:
-    from halfmq.cli import groups
-
-    return groups.app
-
-
-def _dlq() -> typer.Typer:
-    from halfmq.cli import dlq
-
-    return dlq.app
-
-
-def _acl() -> typer.Typer:
-    from halfmq.cli import acl
-
-    return acl.app
-
-
-def _store() -> typer.Typer:
-    from halfmq.cli import store
-
-    return store.app
-
-
-def _framework() -> typer.Typer:
-    from halfmq.cli import framework_tables
-
-    return framework_tables.app
+    def load(self) -> typer.Typer | Callable[..., Any]:
+        module, _, attribute = self.target.partition(":")
+        return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
 
 
 # In the order `halfmq --help` lists them; tests/halfmq/test_cli_lazy.py checks each ``about``
 # against the loaded command's own help.
 COMMANDS: dict[str, Lazy] = {
-    "send": Lazy("Send one message to TOPIC; prints where it was stored.", _send),
+    "send": Lazy("Send one message to TOPIC; prints where it was stored.", "halfmq.cli.send:send"),
     "consume": Lazy(
         "Receive messages of GROUP, print each as one JSON line, and ack them.",
-        _consume,
+        "halfmq.cli.consume:consume",
     ),
     "demo": Lazy(
         "Bob's bank pays Smith's bank: the broker and both banks as real processes, thousands "
         "of concurrent transfers, injected faults, and the invariants read back from both "
         "databases. Exits 1 when an invariant fails or the run does not settle.",
-        _demo,
+        "halfmq.cli.demo:demo",
     ),
     "export": Lazy(
         "Export one day of the store (and of the banks' ledgers) as Parquet for "
         "`halfmq reconcile --parquet`.",
-        _export,
+        "spark_reconcile.cli:export",
     ),
     "reconcile": Lazy(
         "Reconcile one day: halves, ops, deliveries and ledgers. Exit 0 clean, 1 warnings, "
         "2 critical (or the job could not run).",
-        _reconcile,
+        "spark_reconcile.cli:reconcile",
     ),
-    "broker": Lazy("Run the broker; list the brokers sharing its store.", _broker),
-    "db": Lazy("The store's schema (Alembic migrations).", _db),
-    "topic": Lazy("Create, list, show and delete topics.", _topic),
-    "transaction": Lazy("Inspect transactions (half messages).", _transaction),
-    "message": Lazy("Query messages.", _message),
-    "group": Lazy("Create, show and reset consumer groups.", _group),
-    "dlq": Lazy("List and resend a consumer group's dead letters.", _dlq),
-    "acl": Lazy("Show and change the broker's ACL (admin account).", _acl),
-    "store": Lazy("Show what the store holds; purge what retention lets go.", _store),
+    "broker": Lazy("Run the broker; list the brokers sharing its store.", "halfmq.cli.broker:app"),
+    "db": Lazy("The store's schema (Alembic migrations).", "halfmq.cli.db:app"),
+    "topic": Lazy("Create, list, show and delete topics.", "halfmq.cli.topics:app"),
+    "transaction": Lazy("Inspect transactions (half messages).", "halfmq.cli.transactions:app"),
+    "message": Lazy("Query messages.", "halfmq.cli.messages:app"),
+    "group": Lazy("Create, show and reset consumer groups.", "halfmq.cli.groups:app"),
+    "dlq": Lazy("List and resend a consumer group's dead letters.", "halfmq.cli.dlq:app"),
+    "acl": Lazy("Show and change the broker's ACL (admin account).", "halfmq.cli.acl:app"),
+    "store": Lazy(
+        "Show what the store holds; purge what retention lets go.", "halfmq.cli.store:app"
+    ),
     "framework": Lazy(
         "The framework's tables (local-transaction log, inbox) in your service's database.",
-        _framework,
+        "halfmq.cli.framework_tables:app",
     ),
 }
 
