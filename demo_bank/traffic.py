@@ -44,20 +44,18 @@ class Fate:
     pending: bool = False  # committed locally, the broker's commit left to the check-back
 
 
+@dataclass(eq=False)
 class Traffic:
-    def __init__(
-        self,
-        bob: Service,
-        plan: Plan,
-        concurrency: int,
-        say: Callable[[str], None],
-        advance: Callable[[], None],
-    ) -> None:
-        self.bob = bob
-        self.plan = plan
-        self.concurrency = concurrency
-        self.say = say
-        self.advance = advance
+    """The plan's transfers, sent to Bob by ``concurrency`` threads; ``say`` tells a line,
+    ``advance`` the progress."""
+
+    bob: Service
+    plan: Plan
+    concurrency: int
+    say: Callable[[str], None]
+    advance: Callable[[], None]
+
+    def __post_init__(self) -> None:
         self.outcomes: Counter[str] = Counter()
         self.fates: dict[int, Fate] = {}  # plan index (the crash transfer: CRASH_INDEX) -> fate
         self.resent = 0
@@ -68,7 +66,7 @@ class Traffic:
         self._done = 0
         self._client = httpx.Client(
             timeout=httpx.Timeout(20, connect=5),
-            limits=httpx.Limits(max_connections=concurrency * 2),
+            limits=httpx.Limits(max_connections=self.concurrency * 2),
         )
 
     def close(self) -> None:

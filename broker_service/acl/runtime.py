@@ -25,6 +25,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from broker_service.acl.errors import AclFileError
@@ -38,25 +39,22 @@ log = logging.getLogger("halfmq.acl")
 _PURGE_EVERY_MS = 5_000
 
 
+@dataclass(eq=False)
 class AclRuntime:
-    def __init__(
-        self,
-        path: Path,
-        store: Store,
-        clock: Callable[[], int],
-        *,
-        broker_id: str,
-        window_ms: int,
-        reload_seconds: float,
-    ) -> None:
-        self.path = path
-        self.store = store
-        self.clock = clock
-        self.broker_id = broker_id
-        self.window_ms = window_ms
-        self.reload_seconds = reload_seconds
-        self._file_text = path.read_text(encoding="utf-8")
-        self.config: AclConfig = parse_acl(self._file_text, str(path))
+    """The ACL of the file at ``path``, enforced by broker ``broker_id``: nonces are kept
+    ``window_ms``, the file looked at every ``reload_seconds``."""
+
+    path: Path
+    store: Store
+    clock: Callable[[], int]
+    _: KW_ONLY
+    broker_id: str
+    window_ms: int
+    reload_seconds: float
+
+    def __post_init__(self) -> None:
+        self._file_text = self.path.read_text(encoding="utf-8")
+        self.config: AclConfig = parse_acl(self._file_text, str(self.path))
         self._file_digest = _digest(self._file_text)
         self._applied_id: int | None = None
         self._next_purge = 0

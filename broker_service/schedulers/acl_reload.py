@@ -22,12 +22,8 @@ class AclReloadScheduler(SchedulerLoop):
 
     def __init__(self, acl: AclRuntime) -> None:
         self.acl = acl
-        self.rounds = FailedRounds(
-            log,
-            "reloading the ACL (the enforced version stays)",
-            base=acl.reload_seconds,
-            cap=acl.reload_seconds,
-        )
+        what = "reloading the ACL (the enforced version stays)"
+        self.rounds = FailedRounds.every(log, what, acl.reload_seconds)
 
     async def _loop(self) -> None:
         while True:

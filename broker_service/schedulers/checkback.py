@@ -21,6 +21,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import httpx
@@ -78,43 +79,38 @@ class RoundLog:
             log.info("check round: %d due halves claimed; %s", claimed, outcomes or "no push")
 
 
+@dataclass(eq=False)
 class CheckBackScheduler(SchedulerLoop):
+    """``secret_for``, with the ACL on: the secret of an access key, to sign each push check with
+    the key its instance heartbeated with (its check server refuses an unsigned or forged
+    check)."""
+
     task_name = "halfmq-checkback"
 
-    def __init__(
-        self,
-        service: TransactionService,
-        metrics: BrokerMetrics,
-        hub: PullHub,
-        *,
-        interval_seconds: float,
-        push_timeout_seconds: float,
-        round_max: int,
-        secret_for: Callable[[str], str | None] | None = None,
-    ) -> None:
-        self.service = service
-        self.metrics = metrics
-        self.hub = hub
-        self.interval = interval_seconds
-        self.push_timeout = push_timeout_seconds
-        self.round_max = round_max
-        # With the ACL on: the secret of an access key, to sign each push check with the key
-        # its instance heartbeated with (its check server refuses an unsigned or forged check).
-        self.secret_for = secret_for
+    service: TransactionService
+    metrics: BrokerMetrics
+    hub: PullHub
+    _: KW_ONLY
+    interval_seconds: float
+    push_timeout_seconds: float
+    round_max: int
+    secret_for: Callable[[str], str | None] | None = None
+
+    def __post_init__(self) -> None:
         self._http: httpx.AsyncClient | None = None
         self._wake = asyncio.Event()
         # when each instance last received a check from this broker (monotonic seconds)
         self._received_at: dict[tuple[str, str], float] = {}
         self._round = RoundLog()
         # a round a check interval: failed rounds are told in a few lines, not retried sooner
-        self.rounds = FailedRounds(log, "check round", base=interval_seconds, cap=interval_seconds)
+        self.rounds = FailedRounds.every(log, "check round", self.interval_seconds)
 
     def wake(self) -> None:
         """Run the next round now (an operator asked for a check)."""
         self._wake.set()
 
     def start(self) -> None:
-        self._http = httpx.AsyncClient(timeout=self.push_timeout)
+        self._http = httpx.AsyncClient(timeout=self.push_timeout_seconds)
         super().start()
 
     async def stop(self) -> None:
@@ -132,7 +128,7 @@ class CheckBackScheduler(SchedulerLoop):
             else:
                 self.rounds.succeeded()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
+                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_seconds)
             self._wake.clear()
 
     async def run_round(self) -> int:
@@ -216,7 +212,7 @@ class CheckBackScheduler(SchedulerLoop):
             response = await self._http.post(instance.callback_url, content=body, headers=headers)
         except httpx.ReadTimeout:
             # sent in full, no answer in time: the producer has it (it may still be working)
-            error = f"no answer within {self.push_timeout:g} s"
+            error = f"no answer within {self.push_timeout_seconds:g} s"
             await self._failed(check, outcome(failure=CheckFailure.TIMEOUT, error=error))
             return None
         except httpx.HTTPError as exc:
@@ -259,7 +255,9 @@ class CheckBackScheduler(SchedulerLoop):
         take now is a full listen backlog, not an outage, so it is not set aside."""
         instance = check.instance
         key = (instance.producer_group, instance.client_id)
-        return time.monotonic() - self._received_at.get(key, -math.inf) < 2 * self.push_timeout
+        return (
+            time.monotonic() - self._received_at.get(key, -math.inf) < 2 * self.push_timeout_seconds
+        )
 
     async def _answered(self, check: PushCheck, outcome: CheckOutcome, state: str) -> None:
         request = check.request

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import KW_ONLY, dataclass
 
 from broker_service.domain.messages.service import MessageService
 from broker_service.schedulers.failures import REMIND_SECONDS, FailedRounds
@@ -19,27 +20,24 @@ log = logging.getLogger("halfmq.delays")
 MAX_PAUSE_SECONDS = 5.0  # between failed rounds, at most: the releases resume this soon after
 
 
+@dataclass(eq=False)
 class DelayScheduler(SchedulerLoop):
     task_name = "halfmq-delays"
 
-    def __init__(
-        self,
-        service: MessageService,
-        *,
-        poll_seconds: float = 0.25,
-        batch: int = 1000,
-        max_pause_seconds: float = MAX_PAUSE_SECONDS,
-        remind_seconds: float = REMIND_SECONDS,
-    ) -> None:
-        self.service = service
-        self.poll = poll_seconds
-        self.batch = batch
+    service: MessageService
+    _: KW_ONLY
+    poll_seconds: float = 0.25
+    batch: int = 1000
+    max_pause_seconds: float = MAX_PAUSE_SECONDS
+    remind_seconds: float = REMIND_SECONDS
+
+    def __post_init__(self) -> None:
         self.rounds = FailedRounds(
             log,
             "releasing delayed messages",
-            base=poll_seconds,
-            cap=max_pause_seconds,
-            remind_seconds=remind_seconds,
+            base=self.poll_seconds,
+            cap=self.max_pause_seconds,
+            remind_seconds=self.remind_seconds,
         )
 
     async def _loop(self) -> None:
@@ -58,5 +56,5 @@ class DelayScheduler(SchedulerLoop):
         if report.released >= self.batch:
             return 0.0  # more are due: go on at once
         if report.next_due is None:
-            return self.poll
-        return min(self.poll, max(0.0, (report.next_due - self.service.clock()) / 1000))
+            return self.poll_seconds
+        return min(self.poll_seconds, max(0.0, (report.next_due - self.service.clock()) / 1000))

@@ -47,6 +47,12 @@ class FailedRounds:
         self._unsaid = 0  # failures since the last line
         self._said_at = 0.0
 
+    @classmethod
+    def every(cls, log: logging.Logger, what: str, seconds: float) -> FailedRounds:
+        """The failures of a scheduler whose rounds keep their pace: a failed round is retried a
+        round's ``seconds`` later, no sooner."""
+        return cls(log, what, base=seconds, cap=seconds)
+
     @property
     def failing(self) -> bool:
         return self.failures > 0

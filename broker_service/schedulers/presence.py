@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass
 
 from broker_service.domain.brokers.service import PresenceService
 from broker_service.domain.errors import NotReady
@@ -25,31 +26,24 @@ from broker_service.schedulers.loop import SchedulerLoop
 log = logging.getLogger("halfmq.presence")
 
 
+@dataclass(eq=False)
 class PresenceScheduler(SchedulerLoop):
     task_name = "halfmq-presence"
 
-    def __init__(
-        self,
-        service: PresenceService,
-        *,
-        interval_seconds: float,
-        probe: Callable[[], Awaitable[Readiness]] | None = None,
-    ) -> None:
-        self.service = service
-        self.interval = interval_seconds
-        self.probe = probe
+    service: PresenceService
+    _: KW_ONLY
+    interval_seconds: float
+    probe: Callable[[], Awaitable[Readiness]] | None = None
+
+    def __post_init__(self) -> None:
         # a beat is this broker's sign of life: never further apart than the interval
-        self.beats = FailedRounds(
-            log,
-            "recording this broker's presence in the store",
-            base=interval_seconds,
-            cap=interval_seconds,
-        )
+        what = "recording this broker's presence in the store"
+        self.beats = FailedRounds.every(log, what, self.interval_seconds)
 
     async def _loop(self) -> None:
         while True:
             await self.beat()
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.interval_seconds)
 
     async def beat(self) -> None:
         try:
