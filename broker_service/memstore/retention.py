@@ -11,7 +11,7 @@ from broker_service.domain.consumers.model import (
     DeliveryState,
     retry_topic,
 )
-from broker_service.domain.ports.retention import DelayedPurge
+from broker_service.domain.ports.retention import DelayedPurge, HeadPurge
 from broker_service.domain.retention.model import (
     TABLES,
     HeadRow,
@@ -117,19 +117,11 @@ class RetentionPart(ProgressPart):
             if position[:2] == (topic, queue_id) and start <= position[2] < end
         ]
 
-    def purge_queue_head(
-        self,
-        topic: str,
-        queue_id: int,
-        end: int,
-        now: int,
-        *,
-        dry_run: bool = False,
-        start: int = 0,
-    ) -> dict[str, int]:
+    def purge_queue_head(self, head: HeadPurge) -> dict[str, int]:
+        topic, queue_id, start, end = head.topic, head.queue_id, head.start, head.end
         key_rows = self._key_rows(topic, queue_id, start, end)
         keys = sum(len(self.s.message_keys[position]) for position in key_rows)
-        if dry_run:
+        if head.dry_run:
             return {"messages": end - start, "message_keys": keys}
         doomed = [
             message_id
@@ -137,7 +129,7 @@ class RetentionPart(ProgressPart):
             if (t, q) == (topic, queue_id) and start <= offset < end
         ]
         gone = [m for m in map(self.delete_message, doomed) if m is not None]
-        self._remember("m", (m.msg_id for m in gone), now)
+        self._remember("m", (m.msg_id for m in gone), head.now)
         for position in key_rows:
             self.drop(self.s.message_keys, position)
         row = self.s.queues.get((topic, queue_id))

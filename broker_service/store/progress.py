@@ -46,6 +46,7 @@ from broker_service.store.deliveries import OPEN
 from broker_service.store.fastpath import Prepared
 from broker_service.store.part import SqlPart
 from broker_service.store.schema import consumer_offsets, deliveries, messages, queues, topics
+from broker_service.store.statements import queue_from
 
 o = consumer_offsets.c
 ProgressKey = tuple[str, str, int, str]  # (group, topic, queue, client; '' for the group)
@@ -201,16 +202,7 @@ _first_since = select(func.min(m.queue_offset)).where(
     m.queue_id == bindparam("queue"),
     m.stored_at >= bindparam("at"),
 )
-_messages_from = Prepared(
-    select(messages)
-    .where(
-        m.topic == bindparam("topic"),
-        m.queue_id == bindparam("queue"),
-        m.queue_offset >= bindparam("offset"),
-    )
-    .order_by(m.queue_offset)
-    .limit(bindparam("limit"))
-)
+_messages_from = queue_from(messages)
 
 
 class ProgressPart(SqlPart):

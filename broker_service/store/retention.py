@@ -16,7 +16,6 @@ import orjson
 from sqlalchemy import (
     ColumnElement,
     and_,
-    bindparam,
     case,
     delete,
     func,
@@ -35,7 +34,7 @@ from broker_service.domain.consumers.model import (
     retry_topic,
 )
 from broker_service.domain.errors import Busy
-from broker_service.domain.ports.retention import DelayedPurge
+from broker_service.domain.ports.retention import DelayedPurge, HeadPurge
 from broker_service.domain.retention.model import (
     TABLES,
     HeadRow,
@@ -64,6 +63,7 @@ from broker_service.store.schema import (
     trace_events,
     transactions,
 )
+from broker_service.store.statements import queue_from
 
 m, k, q, o, d, t = (
     messages.c,
@@ -111,16 +111,7 @@ _heads = (
     .where(q.next_offset > q.min_offset)
     .order_by(q.topic, q.queue_id)
 )
-_head_rows = Prepared(
-    select(m.queue_offset, m.stored_at)
-    .where(
-        m.topic == bindparam("topic"),
-        m.queue_id == bindparam("queue"),
-        m.queue_offset >= bindparam("start"),
-    )
-    .order_by(m.queue_offset)
-    .limit(bindparam("limit"))
-)
+_head_rows = queue_from(m.queue_offset, m.stored_at)
 
 
 def id_hash(kind: str, value: str) -> int:
@@ -159,7 +150,7 @@ class RetentionPart(SqlPart):
         ]
 
     def queue_head_rows(self, topic: str, queue_id: int, start: int, limit: int) -> list[HeadRow]:
-        params = {"topic": topic, "queue": queue_id, "start": start, "limit": limit}
+        params = {"topic": topic, "queue": queue_id, "offset": start, "limit": limit}
         rows = _head_rows.all(self.conn, params)
         return [HeadRow(r["queue_offset"], r["stored_at"]) for r in rows]
 
@@ -226,17 +217,9 @@ class RetentionPart(SqlPart):
                 self.conn, {"hashes": orjson.dumps(hashes).decode(), "now": now}
             )
 
-    def purge_queue_head(
-        self,
-        topic: str,
-        queue_id: int,
-        end: int,
-        now: int,
-        *,
-        dry_run: bool = False,
-        start: int = 0,
-    ) -> dict[str, int]:
-        if dry_run:
+    def purge_queue_head(self, head: HeadPurge) -> dict[str, int]:
+        topic, queue_id, start, end = head.topic, head.queue_id, head.start, head.end
+        if head.dry_run:
             counted = select(func.count()).where(
                 k.topic == topic,
                 k.queue_id == queue_id,
@@ -248,7 +231,7 @@ class RetentionPart(SqlPart):
                 "message_keys": int(self.conn.execute(counted).scalar_one()),
             }
         where = _in_queue(topic, queue_id, start, end)
-        self._remember("m", self.conn.execute(select(m.msg_id).where(where)).scalars(), now)
+        self._remember("m", self.conn.execute(select(m.msg_id).where(where)).scalars(), head.now)
         keys = self.conn.execute(
             delete(message_keys).where(
                 k.topic == topic,

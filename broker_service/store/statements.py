@@ -68,6 +68,22 @@ class ByKeys:
         return self.sqlite.all(conn, {"json": orjson.dumps(keys).decode()})
 
 
+def queue_from(*columns: Any) -> Prepared:
+    """``columns`` of the messages of queue ``:topic``/``:queue`` from offset ``:offset`` on,
+    oldest first, at most ``:limit``: a queue read from an offset (a consumer's, the purge's)."""
+    m = messages.c
+    return Prepared(
+        select(*columns)
+        .where(
+            m.topic == bindparam("topic"),
+            m.queue_id == bindparam("queue"),
+            m.queue_offset >= bindparam("offset"),
+        )
+        .order_by(m.queue_offset)
+        .limit(bindparam("limit"))
+    )
+
+
 # What a half leaving check-back (resolved, discarded) sets: no next check, no claim, no pull.
 OUT_OF_CHECKS: dict[str, Any] = {
     "next_check_at": None,

@@ -38,7 +38,12 @@ from broker_service.domain.ports.consumers import (
 )
 from broker_service.domain.ports.messages import MessageQuery, MessageStore
 from broker_service.domain.ports.nonces import NonceKey, RequestNonce
-from broker_service.domain.ports.retention import DelayedPurge, RetentionStore, StoreUpkeep
+from broker_service.domain.ports.retention import (
+    DelayedPurge,
+    HeadPurge,
+    RetentionStore,
+    StoreUpkeep,
+)
 from broker_service.domain.ports.store import (
     Command,
     Half,
@@ -67,6 +72,7 @@ __all__ = [
     "DeliveryStore",
     "GroupStore",
     "Half",
+    "HeadPurge",
     "MessageQuery",
     "MessageStore",
     "NonceKey",

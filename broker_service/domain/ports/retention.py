@@ -16,6 +16,20 @@ DELAYED_SCAN = 5_000  # offsets of a schedule queue scanned for released message
 
 
 @dataclass(frozen=True, slots=True)
+class HeadPurge:
+    """What :meth:`RetentionStore.purge_queue_head` deletes: the messages of queue
+    ``topic``/``queue_id`` from offset ``start`` (its ``min_offset``) to ``end``, as of ``now``;
+    ``dry_run``: count them, delete nothing."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+    now: int
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class DelayedPurge:
     """What :meth:`RetentionStore.purge_released_delayed` deletes: the delayed messages of the
     schedule queue ``topic``/``queue_id`` released before ``released_before`` and stored before
@@ -67,19 +81,10 @@ class RetentionStore(Protocol):
         """How far (ms) the exporter ``name`` has read; None when it never has."""
         ...
 
-    def purge_queue_head(
-        self,
-        topic: str,
-        queue_id: int,
-        end: int,
-        now: int,
-        *,
-        dry_run: bool = False,
-        start: int = 0,
-    ) -> dict[str, int]:
-        """Delete the queue's messages from offset ``start`` (its ``min_offset``) to ``end`` and
-        their key rows, remember their ids as purged, and raise its ``min_offset`` to ``end``:
-        counts by table.  ``dry_run``: count them, delete nothing."""
+    def purge_queue_head(self, head: HeadPurge) -> dict[str, int]:
+        """Delete the messages ``head`` names and their key rows, remember their ids as purged
+        (at ``head.now``), and raise the queue's ``min_offset`` to ``head.end``: counts by table.
+        ``head.dry_run``: count them, delete nothing."""
         ...
 
     def expire_position(

@@ -25,6 +25,7 @@ from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.errors import Conflict
 from broker_service.domain.ports import (
     DelayedPurge,
+    HeadPurge,
     RequestNonce,
     RetentionStore,
     Store,
@@ -219,7 +220,7 @@ class RetentionService:
                 if plan.end > start:
                     state.report.add(
                         tx.purge_queue_head(
-                            topic, queue_id, plan.end, now, dry_run=True, start=start
+                            HeadPurge(topic, queue_id, start, plan.end, now, dry_run=True)
                         )
                     )
                 return plan, start
@@ -241,7 +242,7 @@ class RetentionService:
                         expired.append(replace(e, from_offset=plan.end - n))
                 plan.expiries = expired
                 state.report.add(
-                    tx.purge_queue_head(topic, queue_id, plan.end, now, start=info.min_offset)
+                    tx.purge_queue_head(HeadPurge(topic, queue_id, info.min_offset, plan.end, now))
                 )
             return plan, info.min_offset
 
