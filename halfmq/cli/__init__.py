@@ -40,7 +40,8 @@ class Lazy:
         return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
 
 
-# In the order `halfmq --help` lists them; tests/halfmq/test_cli_lazy.py checks each ``about``
+# In the order `halfmq --help` lists them; test_the_listed_help_is_each_commands_own
+# (tests/acceptance/halfmq/test_cli_first_hour.py) checks each ``about``
 # against the loaded command's own help.
 COMMANDS: dict[str, Lazy] = {
     "send": Lazy("Send one message to TOPIC; prints where it was stored.", "halfmq.cli.send:send"),
