@@ -24,6 +24,10 @@ from tests.support import BrokerApp, BrokerProcess, free_port
 ENVELOPE_KEYS = {"error"}
 ERROR_KEYS = {"code", "message", "detail"}
 
+# Refused as the request is read, before any store is asked: one store is enough (the rest of
+# this module runs on SQLite and PostgreSQL).
+ONE_STORE = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+
 
 def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     """The answer is ``status`` with exactly the envelope, carrying ``code`` and human text."""
@@ -60,6 +64,7 @@ async def post_json(broker: BrokerApp, path: str, raw: str | bytes) -> httpx.Res
     ],
 )
 @pytest.mark.parametrize("path", ["/v1/topics/t/messages", "/v1/topics/t/messages:batch"])
+@ONE_STORE
 async def test_malformed_json_is_400_invalid_json(broker: BrokerApp, raw: str, path: str) -> None:
     # The batch route validates its body from the bytes itself (api/schemas/bodies.py): same answers.
     await broker.topic("t")
@@ -82,6 +87,7 @@ async def test_malformed_json_is_400_invalid_json(broker: BrokerApp, raw: str, p
         ),
     ],
 )
+@ONE_STORE
 async def test_a_bad_topic_name_is_400(
     broker: BrokerApp, method: str, path: str, body: Any
 ) -> None:
@@ -170,6 +176,7 @@ async def test_wrong_types_and_values_are_422_invalid_request(
         pytest.param('{"body": "x", "deliver_at": NaN}', "deliver_at", id="nan"),
     ],
 )
+@ONE_STORE
 async def test_non_finite_numbers_are_422(broker: BrokerApp, raw: str, where: str) -> None:
     await broker.topic("t")
     detail = assert_error(
@@ -196,6 +203,7 @@ async def test_non_finite_numbers_are_422(broker: BrokerApp, raw: str, where: st
         pytest.param(b'{"messages": [], "extra": 1}', "application/json", id="unknown-field"),
     ],
 )
+@ONE_STORE
 async def test_a_batch_body_that_is_not_a_batch_is_422(
     broker: BrokerApp, raw: bytes, content_type: str | None
 ) -> None:
@@ -231,6 +239,7 @@ async def test_a_batch_of_a_thousand_and_one_is_422(broker: BrokerApp) -> None:
         pytest.param("/v1/transactions", {"older_than_seconds": -1}, id="age-negative"),
     ],
 )
+@ONE_STORE
 async def test_bad_query_parameters_are_422(
     broker: BrokerApp, path: str, params: dict[str, Any]
 ) -> None:
