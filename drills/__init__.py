@@ -8,7 +8,8 @@
 * :mod:`drills.brokers` -- several brokers as real processes on one store, and the audit of
   what they did from the store's own records.
 
-Their users are the tests (tests/broker_service/store/) and the benches (bench/failover_bench.py,
+Their users are the tests (tests/acceptance/broker_service/store/ and
+tests/integration/broker_service/store/) and the benches (bench/failover_bench.py,
 bench/brokers_bench.py); they run from a checkout (``pip install -e .`` puts its root on the
 path), and may import every part of the house, as tests/ and bench/ do (docs/architecture.md).
 """

@@ -1,6 +1,6 @@
 """Several brokers on one PostgreSQL: the parts the many-brokers test and bench share.
 
-Used by ``tests/broker_service/store/test_many_brokers.py`` and ``bench/brokers_bench.py``:
+Used by ``tests/acceptance/broker_service/store/test_many_brokers.py`` and ``bench/brokers_bench.py``:
 
 * :class:`Fleet` -- brokers as real processes (:class:`~halfmq.broker_process.BrokerProcess`) on
   one database, each with its own ``broker_id`` (``b0``, ``b1``, ...: the name its check-back

@@ -1,7 +1,7 @@
 """A PostgreSQL failover drill: brokers on a primary and its synchronous standby, under load,
 the primary killed, the standby promoted, and everything the clients were told checked.
 
-The drill (used by ``tests/broker_service/store/test_failover.py`` and
+The drill (used by ``tests/acceptance/broker_service/store/test_failover.py`` and
 ``bench/failover_bench.py``) builds a :class:`~drills.pg_cluster.PgCluster`, starts brokers as
 real processes (``python -m halfmq broker serve``) on its multi-host URL, and runs three kinds of
 clients against all the brokers at once:
@@ -530,7 +530,7 @@ class Drill:
         # Consumed: every message of the topic acked by the group, nothing in flight, counted
         # from the group's deliveries message by message.  (The group view's lag would do as
         # well now: acks racing on one queue's progress row no longer leave its committed offset
-        # behind -- fixed in 12577d1, tests/broker_service/store/test_ack_race.py.)
+        # behind -- fixed in 12577d1, tests/integration/broker_service/store/test_ack_race.py.)
         unacked = sum(1 for m in stored.real if m not in stored.acked)
         if unacked or stored.open_deliveries:
             return f"{unacked} messages not acked by the group, {stored.open_deliveries} in flight"

@@ -50,8 +50,8 @@ TableName = Literal["log", "inbox"]
 TABLES: dict[str, Table] = {"log": local_transaction_log, "inbox": inbox}
 
 # The broker's other defaults (broker_service/settings.py) are restated below, as the framework
-# imports nothing of the broker (tests/framework/test_cleanup.py compares them); the retry schedule
-# is the wire contract's, the broker's own default too.
+# imports nothing of the broker (tests/integration/framework/test_cleanup.py compares them);
+# the retry schedule is the wire contract's, the broker's own default too.
 DAY = 86_400.0
 
 BATCH_SIZE = 1000

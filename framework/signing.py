@@ -16,7 +16,7 @@ window.  Both raise :class:`~framework.errors.SignatureRejected` with the broker
 
 The canonical request, its HMAC (the standard library's ``hmac``), the header names and how they
 are read are the wire contract's (:mod:`halfmq_wire.signature`), which the broker's verifier uses
-too; docs/acl.md's worked examples (tests/framework/test_signing.py) check it from outside.
+too; docs/acl.md's worked examples (tests/unit/framework/test_signing.py) check it from outside.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class Served:
 
 
 # Every router of the REST contract, the hottest first: a request is matched against the routes in
-# this order (no two routes match one method and path: tests/broker_service/api/test_app_routes.py).
+# this order (no two routes match one method and path: tests/unit/broker_service/api/test_app_routes.py).
 ROUTERS = (
     transactions.router,  # a half, its commit or rollback
     topics.router,  # a send, a batch

@@ -146,7 +146,7 @@ Text = Annotated[Storable, Field(json_schema_extra={"pattern": TEXT_PATTERN})]
 class Strict(BaseModel):
     """A request body: unknown fields refused.  Its numbers pass :func:`json_number` and its
     booleans are StrictBool, as pydantic's lax mode would take true for 1 and "2" for 2
-    (tests/broker_service/api/test_body_types.py walks every body for it)."""
+    (tests/integration/broker_service/api/test_body_types.py walks every body for it)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -17,7 +17,7 @@
 :class:`BreakStatusStore`  an operator's status on each of the reconciliation's breaks
 =========================  ================================================================
 
-No role has more than 20 methods (``tests/test_layers.py`` holds it).  A unit of work receives a
+No role has more than 20 methods (``tests/unit/test_layers.py`` holds it).  A unit of work receives a
 :class:`StoreTx`, the union of the roles; a function that needs one role only is typed with it.
 :class:`Store` runs units (see :mod:`broker_service.domain.ports.store`); a signed request's
 :class:`RequestNonce` rides with its first write (:mod:`broker_service.domain.ports.nonces`).
