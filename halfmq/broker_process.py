@@ -59,8 +59,9 @@ class BrokerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, timeout: float = 30) -> None:
-        """Start the process and wait until it is ready; stopped again if it is not."""
+    def start(self, timeout: float = 90) -> None:
+        """Start the process and wait until it is ready; stopped again if it is not.  A broker
+        starts in a second or two; a loaded machine has taken tens of seconds to import it."""
         self.start_unready()
         try:
             self.wait_ready(timeout)
