@@ -15,6 +15,7 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -94,20 +95,27 @@ def _collect_garbage_per_module() -> Iterator[None]:
     gc.collect()
 
 
+@contextmanager
+def _made_and_dropped(make: str, drop: str) -> Iterator[None]:
+    """Runs ``make`` on the test PostgreSQL for a test, and ``drop`` when it is done."""
+    _pg_or_skip()
+    engine = create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(make))
+    try:
+        yield
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(drop))
+        engine.dispose()
+
+
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL schema, as a URL whose search_path points at it."""
-    _pg_or_skip()
     schema = f"halfmq_t_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
+    with _made_and_dropped(f'CREATE SCHEMA "{schema}"', f'DROP SCHEMA "{schema}" CASCADE'):
         yield f"{PG_BASE_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
 
 
 @pytest.fixture
@@ -116,17 +124,9 @@ def pg_database_url() -> Iterator[str]:
     what a schema does not isolate -- VACUUM's horizon, which another test's open snapshot in the
     same database holds back (dead rows it may still see are kept), but one in another database
     does not."""
-    _pg_or_skip()
     name = f"halfmq_t_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(PG_BASE_URL, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
+    with _made_and_dropped(f'CREATE DATABASE "{name}"', f'DROP DATABASE "{name}" WITH (FORCE)'):
         yield make_url(PG_BASE_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        engine.dispose()
 
 
 @pytest.fixture

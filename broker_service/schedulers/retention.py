@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 
@@ -77,7 +78,7 @@ class RetentionScheduler(SchedulerLoop):
             )
         else:
             log.info("the purge caught up: back to %.0f%% of the writer's time", share * 100)
-        self.pace = Pace(share=share, pause=self.base.pause, most=self.base.most)
+        self.pace = dataclasses.replace(self.base, share=share)
 
     async def run_round(self) -> PurgeReport | None:
         """One round, counted and logged; None when it did not run (lease held, failure)."""
