@@ -77,24 +77,18 @@ def producer_groups(topics: list[str], mapping: Mapping[str, str]) -> dict[str, 
     return groups
 
 
+@dataclass(eq=False)
 class Registry:
     """The sessions of this broker's streams, by client id, and their check pumps."""
 
-    def __init__(
-        self,
-        transactions: TransactionService,
-        hub: PullHub,
-        metrics: BrokerMetrics,
-        group_of: Mapping[str, str],
-        store_host: Callable[[], str],
-    ) -> None:
-        self.transactions = transactions
-        self.hub = hub
-        self.metrics = metrics
-        self.group_of = group_of
-        self.store_host = store_host
-        self.sessions: dict[str, Session] = {}
-        self.stopping = False  # the broker stops: its streams end, their clients are not retired
+    transactions: TransactionService
+    hub: PullHub
+    metrics: BrokerMetrics
+    group_of: Mapping[str, str]
+    store_host: Callable[[], str]
+    sessions: dict[str, Session] = field(default_factory=dict, init=False)
+    # the broker stops: its streams end, their clients are not retired
+    stopping: bool = field(default=False, init=False)
 
     def session(self, client_id: str) -> Session | None:
         return self.sessions.get(client_id)

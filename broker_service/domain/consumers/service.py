@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import TypeVar
 
 from broker_service.domain.clock import now_ms
@@ -42,26 +43,19 @@ _TOUCH_EVERY_MS = 5_000  # a member's liveness is written at most this often per
 T = TypeVar("T")
 
 
+@dataclass(eq=False)
 class ConsumerService:
-    def __init__(
-        self,
-        store: Store,
-        config: ConsumerConfig,
-        arrivals: Arrivals,
-        *,
-        poll_seconds: float = 0.5,
-        max_wait_seconds: float = 30.0,
-        clock: Callable[[], int] = now_ms,
-        runner: UnitRunner | None = None,
-    ) -> None:
-        self.store = store
-        self.runner = runner
-        self.config = config
-        self.arrivals = arrivals
-        self.poll_seconds = poll_seconds
-        self.max_wait_seconds = max_wait_seconds
-        self.clock = clock
-        self.groups = Groups(config, clock)
+    store: Store
+    config: ConsumerConfig
+    arrivals: Arrivals
+    _: KW_ONLY
+    poll_seconds: float = 0.5
+    max_wait_seconds: float = 30.0
+    clock: Callable[[], int] = now_ms
+    runner: UnitRunner | None = None
+
+    def __post_init__(self) -> None:
+        self.groups = Groups(self.config, self.clock)
         self.leases = Leases(self.groups)
         self.receiver = Receiver(self.groups, self.leases)
         self.retries = Retries(self.groups, self.leases)
