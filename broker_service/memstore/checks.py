@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from broker_service.domain.ports.checks import CheckAssignment, CheckClaim
 from broker_service.domain.transactions.model import (
     ProducerInstance,
     TransactionRecord,
@@ -20,29 +21,19 @@ PREPARED, DISCARDED = TransactionState.PREPARED, TransactionState.DISCARDED
 class CheckPart(TransactionPart):
     # -- producer instances ---------------------------------------------------------------------
 
-    def heartbeat(
-        self,
-        group: str,
-        client_id: str,
-        callback_url: str | None,
-        topics: Sequence[str],
-        at: int,
-        access_key: str | None = None,
-    ) -> None:
-        known = self.s.producers.get((group, client_id))
-        instance = ProducerInstance(
-            group, client_id, callback_url, tuple(topics), at, access_key=access_key
-        )
+    def heartbeat(self, instance: ProducerInstance) -> None:
+        key = (instance.producer_group, instance.client_id)
+        known = self.s.producers.get(key)
         if known is not None:
             # A new callback URL is a new address: try it at once.
-            unreachable = known.unreachable_until if known.callback_url == callback_url else None
+            same_url = known.callback_url == instance.callback_url
             instance = replace(
                 instance,
-                unreachable_until=unreachable,
+                unreachable_until=known.unreachable_until if same_url else None,
                 last_error=known.last_error,
                 last_error_at=known.last_error_at,
             )
-        self.put(self.s.producers, (group, client_id), instance)
+        self.put(self.s.producers, key, instance)
 
     def live_producers(self, group: str, since: int) -> list[ProducerInstance]:
         return [p for p in self.list_producers(group) if p.last_heartbeat_at >= since]
@@ -78,22 +69,19 @@ class CheckPart(TransactionPart):
 
         return self.first_transactions(due, lambda record: record.next_check_at, limit)
 
-    def assign_check(
-        self,
-        transaction_id: str,
-        *,
-        client_id: str,
-        pending_pull: bool,
-        until: int,
-        claimed_by: str,
-    ) -> None:
-        row = self.open_row(transaction_id)
+    def assign_check(self, assignment: CheckAssignment) -> None:
+        row = self.open_row(assignment.transaction_id)
         if row is None:
             return
+        claim = assignment.claim
         record = row.record._replace(
-            check_client_id=client_id, check_pending_pull=pending_pull, next_check_at=until
+            check_client_id=assignment.client_id,
+            check_pending_pull=assignment.pending_pull,
+            next_check_at=claim.until,
         )
-        self.set_row(row._replace(record=record, claimed_by=claimed_by, claimed_until=until))
+        self.set_row(
+            row._replace(record=record, claimed_by=claim.claimed_by, claimed_until=claim.until)
+        )
 
     def count_check(self, transaction_id: str, now: int, error: str | None) -> None:
         row = self.open_row(transaction_id)
@@ -124,14 +112,9 @@ class CheckPart(TransactionPart):
         row = self.s.transactions.get(transaction_id)
         return (None, None) if row is None else (row.claimed_by, row.claimed_until)
 
-    def holds_claim(self, transaction_id: str, claimed_by: str, until: int, now: int) -> bool:
+    def holds_claim(self, transaction_id: str, claim: CheckClaim, now: int) -> bool:
         row = self.open_row(transaction_id)
-        return (
-            row is not None
-            and row.claimed_by == claimed_by
-            and row.claimed_until == until
-            and now < until
-        )
+        return row is not None and claim.held(row.claimed_by, row.claimed_until, now)
 
     def schedule_check(self, transaction_id: str, at: int) -> None:
         row = self.open_row(transaction_id)

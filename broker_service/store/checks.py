@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import orjson
 from sqlalchemy import bindparam, case, delete, func, select, update
 
+from broker_service.domain.ports.checks import CheckAssignment, CheckClaim
 from broker_service.domain.transactions.model import ProducerInstance, TransactionRecord
 from broker_service.store import rows
 from broker_service.store.part import SqlPart
@@ -167,22 +168,14 @@ _delete_group = delete(producers).where(producers.c.producer_group == bindparam(
 
 
 class CheckPart(SqlPart):
-    def heartbeat(
-        self,
-        group: str,
-        client_id: str,
-        callback_url: str | None,
-        topics: Sequence[str],
-        at: int,
-        access_key: str | None = None,
-    ) -> None:
+    def heartbeat(self, instance: ProducerInstance) -> None:
         values = {
-            "producer_group": group,
-            "client_id": client_id,
-            "callback_url": callback_url,
-            "topics": orjson.dumps(list(topics)).decode(),
-            "last_heartbeat_at": at,
-            "access_key": access_key,
+            "producer_group": instance.producer_group,
+            "client_id": instance.client_id,
+            "callback_url": instance.callback_url,
+            "topics": orjson.dumps(list(instance.topics)).decode(),
+            "last_heartbeat_at": instance.last_heartbeat_at,
+            "access_key": instance.access_key,
         }
         stmt = self._insert()(producers).values(**values)
         self.conn.execute(
@@ -214,25 +207,16 @@ class CheckPart(SqlPart):
         result = self.conn.execute(_live_producers, {"group": group, "since": since})
         return [rows.producer_instance(row) for row in result]
 
-    def assign_check(
-        self,
-        transaction_id: str,
-        *,
-        client_id: str,
-        pending_pull: bool,
-        until: int,
-        claimed_by: str,
-    ) -> None:
-        self.conn.execute(
-            _assign,
-            {
-                "b_id": transaction_id,
-                "b_client": client_id,
-                "b_pull": pending_pull,
-                "b_until": until,
-                "b_by": claimed_by,
-            },
-        )
+    def assign_check(self, assignment: CheckAssignment) -> None:
+        claim = assignment.claim
+        params = {
+            "b_id": assignment.transaction_id,
+            "b_client": assignment.client_id,
+            "b_pull": assignment.pending_pull,
+            "b_until": claim.until,
+            "b_by": claim.claimed_by,
+        }
+        self.conn.execute(_assign, params)
 
     def count_check(self, transaction_id: str, now: int, error: str | None) -> None:
         params = {
@@ -270,15 +254,10 @@ class CheckPart(SqlPart):
         row = self.conn.execute(_claim_of, {"id": transaction_id}).first()
         return (None, None) if row is None else (row.claimed_by, row.claimed_until)
 
-    def holds_claim(self, transaction_id: str, claimed_by: str, until: int, now: int) -> bool:
+    def holds_claim(self, transaction_id: str, claim: CheckClaim, now: int) -> bool:
         query = _claim_held_locked if self._postgres else _claim_held
         row = self.conn.execute(query, {"id": transaction_id}).first()
-        return (
-            row is not None
-            and row.claimed_by == claimed_by
-            and row.claimed_until == until
-            and now < until
-        )
+        return row is not None and claim.held(row.claimed_by, row.claimed_until, now)
 
     def schedule_check(self, transaction_id: str, at: int) -> None:
         self.conn.execute(_schedule, {"b_id": transaction_id, "b_at": at})

@@ -27,7 +27,7 @@ from broker_service.domain.ports.admin import AdminStore
 from broker_service.domain.ports.audit import AuditStore
 from broker_service.domain.ports.breaks import BreakStatusStore
 from broker_service.domain.ports.brokers import BrokerStore
-from broker_service.domain.ports.checks import CheckStore
+from broker_service.domain.ports.checks import CheckAssignment, CheckClaim, CheckStore
 from broker_service.domain.ports.clients import ClientStore
 from broker_service.domain.ports.consumers import (
     CopyStore,
@@ -64,6 +64,8 @@ __all__ = [
     "AuditStore",
     "BreakStatusStore",
     "BrokerStore",
+    "CheckAssignment",
+    "CheckClaim",
     "CheckStore",
     "ClientStore",
     "Command",

@@ -5,22 +5,45 @@ check one half twice."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from broker_service.domain.transactions.model import ProducerInstance, TransactionRecord
 
 
+@dataclass(frozen=True, slots=True)
+class CheckClaim:
+    """A broker's claim on a half while its check is in flight: ``claimed_by`` holds it until
+    ``until``."""
+
+    claimed_by: str
+    until: int
+
+    def held(self, claimed_by: str | None, claimed_until: int | None, now: int) -> bool:
+        """Whether a half claimed by ``claimed_by`` until ``claimed_until`` is still under this
+        claim, ``now`` before its end."""
+        return claimed_by == self.claimed_by and claimed_until == self.until and now < self.until
+
+
+@dataclass(frozen=True, slots=True)
+class CheckAssignment:
+    """What :meth:`CheckStore.assign_check` writes: the check of ``transaction_id`` handed to the
+    instance ``client_id`` (``pending_pull``: one that pulls its checks) under ``claim``."""
+
+    transaction_id: str
+    client_id: str
+    pending_pull: bool
+    claim: CheckClaim
+
+
 class CheckStore(Protocol):
     # producer instances
-    def heartbeat(
-        self,
-        group: str,
-        client_id: str,
-        callback_url: str | None,
-        topics: Sequence[str],
-        at: int,
-        access_key: str | None = None,
-    ) -> None: ...
+    def heartbeat(self, instance: ProducerInstance) -> None:
+        """Keep the instance as its heartbeat describes it (its delivery errors stay; so does
+        its ``unreachable_until``, unless its callback URL changed: a new address is tried at
+        once)."""
+        ...
+
     def live_producers(self, group: str, since: int) -> list[ProducerInstance]: ...
     def list_producers(self, group: str) -> list[ProducerInstance]: ...
     def delete_producer_group(self, group: str) -> int: ...
@@ -37,16 +60,9 @@ class CheckStore(Protocol):
         oldest first, locked so that no other broker claims them in this round."""
         ...
 
-    def assign_check(
-        self,
-        transaction_id: str,
-        *,
-        client_id: str,
-        pending_pull: bool,
-        until: int,
-        claimed_by: str,
-    ) -> None:
-        """Hand the claimed check to an instance, in flight ``until``; nothing is counted yet."""
+    def assign_check(self, assignment: CheckAssignment) -> None:
+        """Hand the claimed check to an instance, in flight until the claim's end; nothing is
+        counted yet."""
         ...
 
     def count_check(self, transaction_id: str, now: int, error: str | None) -> None:
@@ -63,10 +79,9 @@ class CheckStore(Protocol):
         """Which broker holds the half's claim (a check in flight), and until when."""
         ...
 
-    def holds_claim(self, transaction_id: str, claimed_by: str, until: int, now: int) -> bool:
-        """Whether the claim ``claimed_by`` took until ``until`` is still the half's, and ``now``
-        is before its end; the half (if open) stays locked against other brokers' rounds until
-        the store transaction ends."""
+    def holds_claim(self, transaction_id: str, claim: CheckClaim, now: int) -> bool:
+        """Whether ``claim`` is still the half's, and ``now`` is before its end; the half (if
+        open) stays locked against other brokers' rounds until the store transaction ends."""
         ...
 
     def schedule_check(self, transaction_id: str, at: int) -> None: ...

@@ -51,7 +51,7 @@ from broker_service.domain import names
 from broker_service.domain.config import CheckPolicy
 from broker_service.domain.errors import Conflict
 from broker_service.domain.messages.model import StoredMessage
-from broker_service.domain.ports import CheckStore, StoreTx, TraceStore
+from broker_service.domain.ports import CheckAssignment, CheckClaim, CheckStore, StoreTx, TraceStore
 from broker_service.domain.transactions.halves import unknown_transaction
 from broker_service.domain.transactions.model import (
     CHECKED,
@@ -289,12 +289,9 @@ class CheckBack:
         if instance.push:
             in_flight += 2 * policy.push_timeout_ms
         until = now + in_flight
+        claim = CheckClaim(policy.broker_id, until)
         tx.assign_check(
-            transaction_id,
-            client_id=instance.client_id,
-            pending_pull=not instance.push,
-            until=until,
-            claimed_by=policy.broker_id,
+            CheckAssignment(transaction_id, instance.client_id, not instance.push, claim)
         )
         if instance.push:
             report.pushes.append(PushCheck(request, instance, until))
@@ -394,8 +391,8 @@ class CheckBack:
         return unit
 
     def _claim_holds(self, tx: CheckStore, check: PushCheck, now: int) -> bool:
-        transaction_id, broker = check.request.transaction_id, self.policy.broker_id
-        return tx.holds_claim(transaction_id, broker, check.until, now)
+        claim = CheckClaim(self.policy.broker_id, check.until)
+        return tx.holds_claim(check.request.transaction_id, claim, now)
 
     def _trace_late(
         self, tx: TraceStore, check: PushCheck, outcome: CheckOutcome, now: int

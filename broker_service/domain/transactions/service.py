@@ -160,11 +160,10 @@ class TransactionService:
         if callback_url is not None:
             self.callbacks.check(callback_url, source, limits or NO_LIMITS)
         names.check_name(group, "producer group")
-        now = self.clock()
-        await self.store.write(
-            lambda tx: tx.heartbeat(group, client_id, callback_url, topics, now, access_key),
-            nonce=nonces.take(nonce),
+        instance = ProducerInstance(
+            group, client_id, callback_url, tuple(topics), self.clock(), access_key=access_key
         )
+        await self.store.write(lambda tx: tx.heartbeat(instance), nonce=nonces.take(nonce))
 
     async def set_aside(self, group: str, client_id: str, error: str) -> None:
         """An instance that can take no check now (a gRPC producer whose Telemetry stream
