@@ -55,42 +55,18 @@ SERVER_GC_THRESHOLD = 20_000
 
 @dataclass(frozen=True, slots=True)
 class Broker:
-    """One broker's parts, built by :func:`compose`."""
+    """One broker's parts, built by :func:`compose`: what the HTTP routes serve (``served``: the
+    domain's services, the metrics, the ACL runtime, the audit log), and what runs beside them."""
 
     settings: BrokerSettings
     store: SqlStore
-    transactions: TransactionService
-    messages: MessageService
-    consumers: ConsumerService
-    metrics: BrokerMetrics
-    pull_hub: PullHub
-    acl: AclRuntime | None
+    served: Served
     acl_reload: AclReloadScheduler | None  # None without the ACL
-    retention: RetentionService
-    audit: AuditService  # the console's audit log
-    presence: PresenceService  # the brokers sharing the store
-    clients: ClientService  # the gRPC clients' profiles: the console and the gRPC port read them
-    beats: PresenceScheduler  # this broker's row in it, renewed every broker_beat_seconds
+    beats: PresenceScheduler  # this broker's row among the brokers, renewed every beat
     delays: DelayScheduler
     checks: CheckBackScheduler | None  # None without ``scheduler``
     purges: RetentionScheduler | None  # None without ``scheduler``
     grpc: GrpcServer | None = None  # RocketMQ 5's gRPC port: None without ``grpc_port``
-
-    def served(self) -> Served:
-        return Served(
-            transactions=self.transactions,
-            messages=self.messages,
-            consumers=self.consumers,
-            retention=self.retention,
-            store=self.store,
-            metrics=self.metrics,
-            pull_hub=self.pull_hub,
-            acl=self.acl,
-            audit=self.audit,
-            wake_checks=None if self.checks is None else self.checks.wake,
-            presence=self.presence,
-            clients=self.clients,
-        )
 
     async def start(self) -> None:
         """Open the store (a new SQLite file gets the schema), then the ACL and the schedulers.
@@ -103,15 +79,17 @@ class Broker:
             log.warning(
                 "broker started on %s (%s store), not ready: %s", where, store.dialect, reason
             )
-        if self.acl is not None:  # published now, or once the store is ready
-            await self.acl.start()
+        acl = self.served.acl
+        if acl is not None:  # published now, or once the store is ready
+            await acl.start()
         if self.acl_reload is not None:
             self.acl_reload.start()
         if self.grpc is not None:  # on the running loop: uvicorn's, in a broker process
             await self.grpc.start()
             # its bound port in this broker's row: QueryRoute answers every live broker's
             grpc_address = reachable_address(settings.host, self.grpc.port)
-            self.presence.me = replace(self.presence.me, grpc_address=grpc_address)
+            presence = self.served.presence
+            presence.me = replace(presence.me, grpc_address=grpc_address)
         self.beats.start()  # every broker, schedulers or not: it shares the store
         if settings.scheduler:
             self.delays.start()
@@ -210,45 +188,38 @@ def compose(settings: BrokerSettings, *, store: SqlStore | None = None) -> Broke
         int(settings.broker_beat_seconds * 1000),
         clock,
     )
-    return Broker(
-        settings=settings,
-        store=store,
+    served = Served(
         transactions=transactions,
         messages=messages,
         consumers=consumers,
+        retention=retention,
+        store=store,
         metrics=metrics,
         pull_hub=hub,
-        acl=acl,
-        acl_reload=None if acl is None else AclReloadScheduler(acl),
-        retention=retention,
-        audit=AuditService(store, clock),
         presence=presence,
         clients=clients,
+        audit=AuditService(store, clock),
+        acl=acl,
+        wake_checks=None if checks is None else checks.wake,
+    )
+    return Broker(
+        settings=settings,
+        store=store,
+        served=served,
+        acl_reload=None if acl is None else AclReloadScheduler(acl),
         beats=PresenceScheduler(
             presence, interval_seconds=settings.broker_beat_seconds, probe=store.ping
         ),
         delays=DelayScheduler(messages),
         checks=checks,
         purges=purges,
-        grpc=grpc_server(
-            settings, transactions, messages, consumers, metrics, hub, acl, presence, clients
-        ),
+        grpc=grpc_server(settings, served),
     )
 
 
-def grpc_server(
-    settings: BrokerSettings,
-    transactions: TransactionService,
-    messages: MessageService,
-    consumers: ConsumerService,
-    metrics: BrokerMetrics,
-    hub: PullHub,
-    acl: AclRuntime | None,
-    presence: PresenceService,
-    clients: ClientService,
-) -> GrpcServer | None:
-    """RocketMQ 5's gRPC port when ``grpc_port`` is set; a port that would expose signed clients
-    without TLS refuses the start (:func:`check_listen`)."""
+def grpc_server(settings: BrokerSettings, served: Served) -> GrpcServer | None:
+    """RocketMQ 5's gRPC port, serving what the HTTP routes serve, when ``grpc_port`` is set; a
+    port that would expose signed clients without TLS refuses the start (:func:`check_listen`)."""
     if settings.grpc_port is None:
         return None
     listen = Listen(
@@ -258,23 +229,23 @@ def grpc_server(
         settings.grpc_tls_key,
         settings.grpc_allow_insecure,
     )
-    check_listen(listen, acl=acl is not None)
-    served = GrpcServed(
-        transactions=transactions,
-        messages=messages,
-        consumers=consumers,
-        metrics=metrics,
-        pull_hub=hub,
-        acl=acl,
+    check_listen(listen, acl=served.acl is not None)
+    grpc_served = GrpcServed(
+        transactions=served.transactions,
+        messages=served.messages,
+        consumers=served.consumers,
+        metrics=served.metrics,
+        pull_hub=served.pull_hub,
+        acl=served.acl,
         broker_name=settings.broker_name,
         producer_groups=dict(settings.grpc_producer_groups),
         max_body_bytes=settings.max_message_bytes,
         receive_max_wait_seconds=settings.receive_max_wait_seconds,
         acl_window_ms=int(settings.acl_window_seconds * 1000),
-        presence=presence,
-        clients=clients,
+        presence=served.presence,
+        clients=served.clients,
     )
-    return GrpcServer(served, listen)
+    return GrpcServer(grpc_served, listen)
 
 
 def broker_version() -> str:
@@ -317,9 +288,10 @@ def build_app(
         finally:
             await broker.stop()
 
-    app = create_app(broker.served(), settings, lifespan=lifespan)
+    served = broker.served
+    app = create_app(served, settings, lifespan=lifespan)
     if settings.console:
-        mount_console(app, settings, audit_log=broker.audit, metrics=broker.metrics, acl=broker.acl)
+        mount_console(app, settings, audit_log=served.audit, metrics=served.metrics, acl=served.acl)
     return app
 
 

@@ -62,8 +62,8 @@ class Served:
     pull_hub: PullHub  # woken by the check-back scheduler, waited on by pull long-polls
     presence: PresenceService  # the brokers sharing the store
     clients: ClientService  # the gRPC clients' profiles (the console names their language)
+    audit: AuditService  # the audit log admin actions are written to
     acl: AclRuntime | None = None
-    audit: AuditService | None = None  # the audit log admin actions are written to
     wake_checks: Callable[[], None] | None = None  # run the next check round now
 
 
