@@ -95,6 +95,9 @@ UrlOption = Annotated[
     str | None,
     typer.Option(help="The broker's store, SQLAlchemy or jdbc: URL (default: HALFMQ_DATABASE_URL)"),
 ]
+LedgerConfigOption = Annotated[
+    Path | None, typer.Option(help="YAML list of ledgers with their own table/columns")
+]
 
 
 def reconcile(
@@ -111,9 +114,7 @@ def reconcile(
             "NAME=parquet:PATH of its `halfmq export --ledger` copy (repeat)"
         ),
     ] = None,
-    ledger_config: Annotated[
-        Path | None, typer.Option(help="YAML list of ledgers with their own table/columns")
-    ] = None,
+    ledger_config: LedgerConfigOption = None,
     key_index: Annotated[int, typer.Option(help="Which message key is the business id")] = 0,
     key_pattern: Annotated[
         str | None, typer.Option(help="Regex picking the business id among the keys")
@@ -235,9 +236,7 @@ def export(
             "OUT/ledgers/NAME, read by `reconcile --ledger NAME=parquet:OUT/ledgers/NAME` (repeat)"
         ),
     ] = None,
-    ledger_config: Annotated[
-        Path | None, typer.Option(help="YAML list of ledgers with their own table/columns")
-    ] = None,
+    ledger_config: LedgerConfigOption = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows fetched per round trip")] = 50_000,
     buckets: Annotated[
         int,
