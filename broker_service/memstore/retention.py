@@ -11,7 +11,7 @@ from broker_service.domain.consumers.model import (
     DeliveryState,
     retry_topic,
 )
-from broker_service.domain.ports.retention import DelayedPurge, HeadPurge
+from broker_service.domain.ports.retention import DelayedPurge, DeliveryPurge, HeadPurge
 from broker_service.domain.retention.model import (
     TABLES,
     HeadRow,
@@ -28,7 +28,6 @@ from broker_service.memstore.state import Lease
 # The topics whose rows go with their transaction: the half, its op record, its parked copy.
 _HALF_TOPICS = (names.HALF_TOPIC, names.OP_HALF_TOPIC, names.CHECK_MAX_TIME_TOPIC)
 _RESOLVED = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
-_FINISHED = (DeliveryState.ACKED, DeliveryState.NACKED, DeliveryState.EXPIRED, DeliveryState.DEAD)
 
 
 class RetentionPart(ProgressPart):
@@ -222,25 +221,15 @@ class RetentionPart(ProgressPart):
             self._raise_min_offsets([(topic, queue_id)])
         return {"messages": len(chosen)}
 
-    def purge_deliveries(
-        self,
-        finished_before: int,
-        delivered_before: int,
-        limit: int | None,
-        *,
-        dry_run: bool = False,
-    ) -> int:
+    def purge_deliveries(self, purge: DeliveryPurge) -> int:
         old = [
             d
             for _, d in sorted(self.s.deliveries.items())
-            if d.state in _FINISHED
-            and d.delivered_at < delivered_before
-            and d.finished_at is not None
-            and d.finished_at < finished_before
+            if purge.done(d.state, d.delivered_at, d.finished_at)
         ]
-        if dry_run:
+        if purge.dry_run:
             return len(old)
-        old = old[:limit] if limit is not None else old
+        old = old[: purge.limit] if purge.limit is not None else old
         for d in old:
             self.drop(self.s.deliveries, d.id)
             self.drop(self.s.open_deliveries, d.id)

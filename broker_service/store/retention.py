@@ -34,7 +34,12 @@ from broker_service.domain.consumers.model import (
     retry_topic,
 )
 from broker_service.domain.errors import Busy
-from broker_service.domain.ports.retention import DelayedPurge, HeadPurge
+from broker_service.domain.ports.retention import (
+    FINISHED_STATES,
+    DelayedPurge,
+    DeliveryPurge,
+    HeadPurge,
+)
 from broker_service.domain.retention.model import (
     TABLES,
     HeadRow,
@@ -77,10 +82,7 @@ m, k, q, o, d, t = (
 # The topics whose rows go with their transaction: the half, its op record, its parked copy.
 _HALF_TOPICS = (names.HALF_TOPIC, names.OP_HALF_TOPIC, names.CHECK_MAX_TIME_TOPIC)
 _RESOLVED = ("COMMITTED", "ROLLED_BACK")
-_FINISHED = tuple(
-    s.value
-    for s in (DeliveryState.ACKED, DeliveryState.NACKED, DeliveryState.EXPIRED, DeliveryState.DEAD)
-)
+_FINISHED = tuple(s.value for s in FINISHED_STATES)
 _EXPIRE_TRIES = 8  # reads of a position that another broker's acks keep moving
 _PAGES_KEPT = 8  # SQLite keeps a free eighth of its file for new rows; a quarter free is given back
 _VACUUM_STEP = 2048  # pages one compact gives back (8 MB of 4 KiB pages): a short writer's turn
@@ -411,20 +413,13 @@ class RetentionPart(SqlPart):
             self._raise_min_offsets([(topic, queue_id)])
         return {"messages": gone}
 
-    def purge_deliveries(
-        self,
-        finished_before: int,
-        delivered_before: int,
-        limit: int | None,
-        *,
-        dry_run: bool = False,
-    ) -> int:
+    def purge_deliveries(self, purge: DeliveryPurge) -> int:
         old = and_(
             d.state.in_(_FINISHED),
-            d.delivered_at < delivered_before,
-            d.finished_at < finished_before,
+            d.delivered_at < purge.delivered_before,
+            d.finished_at < purge.finished_before,
         )
-        return self._bounded(deliveries.c.id, deliveries.c.id, old, limit, dry_run)
+        return self._bounded(deliveries.c.id, deliveries.c.id, old, purge.limit, purge.dry_run)
 
     def purge_trace(self, before: int, limit: int | None, *, dry_run: bool = False) -> int:
         key = trace_events.c.id

@@ -40,6 +40,7 @@ from broker_service.domain.ports.messages import MessageQuery, MessageStore
 from broker_service.domain.ports.nonces import NonceKey, RequestNonce
 from broker_service.domain.ports.retention import (
     DelayedPurge,
+    DeliveryPurge,
     HeadPurge,
     RetentionStore,
     StoreUpkeep,
@@ -71,6 +72,7 @@ __all__ = [
     "Command",
     "CopyStore",
     "DelayedPurge",
+    "DeliveryPurge",
     "DeliveryStore",
     "GroupStore",
     "Half",

@@ -10,9 +10,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from broker_service.domain.consumers.model import DeliveryState
 from broker_service.domain.retention.model import HeadRow, QueueHead, Reader, StoreStats
 
 DELAYED_SCAN = 5_000  # offsets of a schedule queue scanned for released messages at a time
+# A delivery in one of these states is over: only its record is kept, until retention purges it.
+FINISHED_STATES = (
+    DeliveryState.ACKED,
+    DeliveryState.NACKED,
+    DeliveryState.EXPIRED,
+    DeliveryState.DEAD,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,28 @@ class DelayedPurge:
         return start + max(self.limit or 0, DELAYED_SCAN)
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveryPurge:
+    """What :meth:`RetentionStore.purge_deliveries` deletes: the finished deliveries
+    (:data:`FINISHED_STATES`) finished before ``finished_before`` and handed out before
+    ``delivered_before``, at most ``limit`` (None: all); ``dry_run``: count them, delete
+    nothing.  Open ones stay."""
+
+    finished_before: int
+    delivered_before: int
+    limit: int | None = None
+    dry_run: bool = False
+
+    def done(self, state: DeliveryState, delivered_at: int, finished_at: int | None) -> bool:
+        """Whether a delivery in ``state``, so handed out and finished, is one to purge."""
+        return (
+            state in FINISHED_STATES
+            and delivered_at < self.delivered_before
+            and finished_at is not None
+            and finished_at < self.finished_before
+        )
+
+
 class RetentionStore(Protocol):
     def hold_lease(self, name: str, holder: str, now: int, until: int) -> bool:
         """Take or renew the lease ``name`` for ``holder`` until ``until``; False when another
@@ -107,15 +137,8 @@ class RetentionStore(Protocol):
         """The released delayed messages ``purge`` names: ``{"messages": n}``."""
         ...
 
-    def purge_deliveries(
-        self,
-        finished_before: int,
-        delivered_before: int,
-        limit: int | None,
-        *,
-        dry_run: bool = False,
-    ) -> int:
-        """Finished deliveries (acked, nacked, expired, dead); open ones stay."""
+    def purge_deliveries(self, purge: DeliveryPurge) -> int:
+        """The finished deliveries ``purge`` names; open ones stay."""
         ...
 
     def purge_trace(self, before: int, limit: int | None, *, dry_run: bool = False) -> int: ...

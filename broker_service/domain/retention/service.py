@@ -25,6 +25,7 @@ from broker_service.domain.config import RetentionPolicy
 from broker_service.domain.errors import Conflict
 from broker_service.domain.ports import (
     DelayedPurge,
+    DeliveryPurge,
     HeadPurge,
     RequestNonce,
     RetentionStore,
@@ -331,8 +332,8 @@ class RetentionService:
             if not dry_run:
                 self._fence(tx)
             limit = None if dry_run else min(self.policy.batch, state.budget)
-            n = tx.purge_deliveries(before, delivered_before, limit, dry_run=dry_run)
-            return {"deliveries": n}
+            purge = DeliveryPurge(before, delivered_before, limit, dry_run)
+            return {"deliveries": tx.purge_deliveries(purge)}
 
         def trace(tx: RetentionStore) -> dict[str, int]:
             if not dry_run:
