@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any
 
 from framework import inbox, otel, protocol
 from framework.acks import (
@@ -48,14 +48,12 @@ from framework.flow import Flow, Invoke, call
 from framework.member import GroupMember, check_name
 from framework.message import Message
 from framework.protocol import ITEMS_MAX
-from framework.registry import Handlers, Registered
+from framework.registry import Handlers, P, R, Registered
 from framework.signing import CredentialsLike
 from framework.transport import TransportT, Verify
 
 log = logging.getLogger("halfmq.consumer")
 
-P = ParamSpec("P")
-R = TypeVar("R")
 RELEASE_SECONDS = 0.001
 
 
@@ -146,9 +144,6 @@ class ConsumerBase(GroupMember[TransportT]):
         is refilled in large receives, never one message at a time."""
         return (self.batch_size - 1) // 2
 
-    @overload
-    def subscribe(self, topic: Callable[P, R], /) -> Registered[P, R]: ...
-    @overload
     def subscribe(
         self,
         topic: str,
@@ -160,19 +155,7 @@ class ConsumerBase(GroupMember[TransportT]):
         idempotent: Any = None,
         dedup: DedupKey | Callable[[Message], str] = DedupKey.FIRST_KEY,
         batch_max: int | None = None,
-    ) -> Callable[[Callable[P, R]], Registered[P, R]]: ...
-    def subscribe(
-        self,
-        topic: Any,
-        /,
-        tags: str | Sequence[str] = "*",
-        *,
-        ack_mode: AckMode | None = None,
-        session_factory: Any = None,
-        idempotent: Any = None,
-        dedup: DedupKey | Callable[[Message], str] = DedupKey.FIRST_KEY,
-        batch_max: int | None = None,
-    ) -> Any:
+    ) -> Callable[[Callable[P, R]], Registered[P, R]]:
         """Register ``fn(message) -> ConsumeResult`` for ``topic`` and a tag expression (``"*"``,
         ``"TagA || TagB"`` or a list of tags).
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, overload
 
 from framework import oneway, otel, protocol, txlog
 from framework.batching import Linger
@@ -38,14 +38,12 @@ from framework.message import (
     SendStatus,
     TransactionSendResult,
 )
-from framework.registry import ANY_TOPIC, Handlers, Registered
+from framework.registry import ANY_TOPIC, Handlers, P, R, Registered
 from framework.signing import CredentialsLike
 from framework.transport import TransportT, Verify
 
 log = logging.getLogger("halfmq.producer")
 
-P = ParamSpec("P")
-R = TypeVar("R")
 State = LocalTransactionState
 Outcome = tuple[State, BaseException | None]
 
