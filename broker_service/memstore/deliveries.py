@@ -101,41 +101,32 @@ class DeliveryPart(MessagePart):
             ended.append(done)
         return sorted(ended, key=lambda d: d.id)
 
-    def set_delivery(
-        self,
-        delivery: Delivery,
-        *,
-        state: DeliveryState,
-        receipt_handle: str | None = None,
-        invisible_until: int | None = None,
-        finished_at: int | None = None,
-    ) -> bool:
+    def set_delivery(self, delivery: Delivery, moved: Delivery) -> bool:
         """Move a delivery on from the state it was read in; False if it moved meanwhile."""
         stored = self.s.deliveries.get(delivery.id)
         if stored is None or stored.state != delivery.state:
             return False
-        handle = receipt_handle or delivery.receipt_handle
+        handle = moved.receipt_handle
         if handle != stored.receipt_handle:
             if handle in self.s.by_handle:
                 raise ValueError(f"receipt handle {handle!r} is stored already")
             self.drop(self.s.by_handle, stored.receipt_handle)
             self.put(self.s.by_handle, handle, stored.id)
-        moved = replace(
-            stored,
-            state=state,
-            receipt_handle=handle,
-            invisible_until=delivery.invisible_until
-            if invisible_until is None
-            else invisible_until,
-            finished_at=finished_at,
+        self.set_delivery_row(
+            replace(
+                stored,
+                state=moved.state,
+                receipt_handle=handle,
+                invisible_until=moved.invisible_until,
+                finished_at=moved.finished_at,
+            )
         )
-        self.set_delivery_row(moved)
         return True
 
     def expire_queue_deliveries(self, group: str, topic: str, queue_id: int, now: int) -> int:
         expired = [d for d in self.open_of(group) if (d.topic, d.queue_id) == (topic, queue_id)]
         for d in expired:
-            self.set_delivery_row(replace(d, state=DeliveryState.EXPIRED, finished_at=now))
+            self.set_delivery_row(d.ended(DeliveryState.EXPIRED, now))
         return len(expired)
 
     def open_delivery_counts(self, group: str, now: int) -> dict[tuple[str, int, str], list[int]]:

@@ -157,7 +157,7 @@ class RetentionPart(ProgressPart):
                 and d.queue_offset < end
                 and (not client_id or d.client_id == client_id)
             ):
-                self.set_delivery(d, state=DeliveryState.EXPIRED, finished_at=now)
+                self.set_delivery(d, d.ended(DeliveryState.EXPIRED, now))
         return skipped
 
     def purge_transactions(

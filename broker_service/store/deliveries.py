@@ -205,23 +205,15 @@ class DeliveryPart(SqlPart):
             return [rows.delivery(r) for r in _finish_pg.all(self.conn, params)]
         return [rows.delivery(r._mapping) for r in self.conn.execute(_finish, params)]
 
-    def set_delivery(
-        self,
-        delivery: Delivery,
-        *,
-        state: DeliveryState,
-        receipt_handle: str | None = None,
-        invisible_until: int | None = None,
-        finished_at: int | None = None,
-    ) -> bool:
+    def set_delivery(self, delivery: Delivery, moved: Delivery) -> bool:
         """Move a delivery on from the state it was read in; False if it moved meanwhile."""
         params = {
             "b_id": delivery.id,
             "b_from": delivery.state.value,
-            "b_state": state.value,
-            "b_handle": receipt_handle or delivery.receipt_handle,
-            "b_until": delivery.invisible_until if invisible_until is None else invisible_until,
-            "b_finished": finished_at,
+            "b_state": moved.state.value,
+            "b_handle": moved.receipt_handle,
+            "b_until": moved.invisible_until,
+            "b_finished": moved.finished_at,
         }
         return bool(self.conn.execute(_set_delivery, params).rowcount == 1)
 

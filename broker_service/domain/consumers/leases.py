@@ -75,17 +75,12 @@ class Leases:
             group = get_group(tx, group_name)
             now = self.groups.clock()
             delivery = live_delivery(tx, group, handle, now)
-            renewed = new_id()
             until = now + invisible_ms
             self.lease_ends(group.name, until)
-            if not tx.set_delivery(
-                delivery,
-                state=DeliveryState.INFLIGHT,
-                receipt_handle=renewed,
-                invisible_until=until,
-            ):
+            renewed = replace(delivery, receipt_handle=new_id(), invisible_until=until)
+            if not tx.set_delivery(delivery, renewed):
                 raise stale(handle)
-            return replace(delivery, receipt_handle=renewed, invisible_until=until)
+            return renewed
 
         return unit
 

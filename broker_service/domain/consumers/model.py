@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from broker_service.domain import names
@@ -163,6 +163,10 @@ class Delivery:
     delivered_at: int
     invisible_until: int
     finished_at: int | None = None
+
+    def ended(self, state: DeliveryState, at: int) -> Delivery:
+        """This delivery finished in ``state`` (acked, nacked, expired, dead) at ``at``."""
+        return replace(self, state=state, finished_at=at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,18 +185,18 @@ class Receiver:
             message = tx.get_message_at(due.topic, due.queue_id, due.queue_offset)
             key = (group.name, due.topic, due.queue_id, claim.client_key)
             if message is None:  # purged meanwhile: nothing left to deliver
-                tx.set_delivery(due, state=DeliveryState.EXPIRED, finished_at=claim.now)
+                tx.set_delivery(due, due.ended(DeliveryState.EXPIRED, claim.now))
                 claim.moved.add(key)
                 continue
             if claim.named_topic is not None and shown_topic(message) != claim.named_topic:
                 continue
             times = due.reconsume_times + 1
             if times > self.groups.max_reconsume_times(group):
-                if tx.set_delivery(due, state=DeliveryState.DEAD, finished_at=claim.now):
+                if tx.set_delivery(due, due.ended(DeliveryState.DEAD, claim.now)):
                     dead_letter(tx, group, message, times, claim.now, self.groups.config.broker_id)
                     claim.moved.add(key)
                 continue
-            if not tx.set_delivery(due, state=DeliveryState.EXPIRED, finished_at=claim.now):
+            if not tx.set_delivery(due, due.ended(DeliveryState.EXPIRED, claim.now)):
                 continue
             self._hand_out(claim, message, times)
             claim.moved.add(key)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import orjson
 
@@ -68,7 +69,7 @@ class Retries:
             times = delivery.reconsume_times + 1
             key = progress_key(group, delivery)
             if times > self.groups.max_reconsume_times(group):
-                if not tx.set_delivery(delivery, state=DeliveryState.DEAD, finished_at=now):
+                if not tx.set_delivery(delivery, delivery.ended(DeliveryState.DEAD, now)):
                     raise stale(handle)
                 dead_letter(tx, group, message, times, now, delivery.client_id)
                 tx.advance_committed([key], now)
@@ -78,16 +79,17 @@ class Retries:
             if group.orderly:
                 # Stays at the head of its queue; handed out again (times + 1) when due.
                 self.leases.lease_ends(group.name, deliver_at)
-                if not tx.set_delivery(
+                retrying = replace(
                     delivery, state=DeliveryState.RETRYING, invisible_until=deliver_at
-                ):
+                )
+                if not tx.set_delivery(delivery, retrying):
                     raise stale(handle)
                 detail = {"group": group.name, "reconsume_times": times, "deliver_at": deliver_at}
                 tx.add_trace(
                     message.msg_id, "NACKED", group.name, now, orjson.dumps(detail).decode()
                 )
                 return NackResult(handle, message.msg_id, times, "RETRY_IN_PLACE", deliver_at)
-            if not tx.set_delivery(delivery, state=DeliveryState.NACKED, finished_at=now):
+            if not tx.set_delivery(delivery, delivery.ended(DeliveryState.NACKED, now)):
                 raise stale(handle)
             schedule_retry(tx, group, message, times, level, deliver_at, now)
             tx.advance_committed([key], now)

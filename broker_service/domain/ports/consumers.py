@@ -92,15 +92,11 @@ class DeliveryStore(Protocol):
     def finish_deliveries(
         self, group: str, handles: Sequence[str], state: DeliveryState, now: int
     ) -> list[Delivery]: ...
-    def set_delivery(
-        self,
-        delivery: Delivery,
-        *,
-        state: DeliveryState,
-        receipt_handle: str | None = None,
-        invisible_until: int | None = None,
-        finished_at: int | None = None,
-    ) -> bool: ...
+    def set_delivery(self, delivery: Delivery, moved: Delivery) -> bool:
+        """Move ``delivery`` on from the state it was read in to ``moved``'s state, receipt
+        handle, invisibility and end; False if it moved meanwhile."""
+        ...
+
     def expire_queue_deliveries(self, group: str, topic: str, queue_id: int, now: int) -> int: ...
     def open_delivery_counts(
         self, group: str, now: int
