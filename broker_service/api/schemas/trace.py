@@ -29,16 +29,8 @@ class ClientTraceEventIn(Strict):
     _cost = field_validator("cost_ms", mode="before")(json_number)
 
     def to_record(self) -> ClientTraceRecord:
-        return ClientTraceRecord(
-            msg_id=self.msg_id,
-            type=self.type,
-            topic=self.topic,
-            group=self.group,
-            client_id=self.client_id,
-            at=self.at,
-            cost_ms=self.cost_ms,
-            status=self.status,
-        )
+        """The domain's record: the same fields, as validated."""
+        return ClientTraceRecord(**dict(self))
 
 
 class ClientTraceIn(Strict):
