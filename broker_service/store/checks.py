@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import orjson
 from sqlalchemy import bindparam, case, delete, func, select, update
 
 from broker_service.domain.ports.checks import CheckAssignment, CheckClaim
@@ -169,15 +168,7 @@ _delete_group = delete(producers).where(producers.c.producer_group == bindparam(
 
 class CheckPart(SqlPart):
     def heartbeat(self, instance: ProducerInstance) -> None:
-        values = {
-            "producer_group": instance.producer_group,
-            "client_id": instance.client_id,
-            "callback_url": instance.callback_url,
-            "topics": orjson.dumps(list(instance.topics)).decode(),
-            "last_heartbeat_at": instance.last_heartbeat_at,
-            "access_key": instance.access_key,
-        }
-        stmt = self._insert()(producers).values(**values)
+        stmt = self._insert()(producers).values(**rows.heartbeat_row(instance))
         self.conn.execute(
             stmt.on_conflict_do_update(
                 index_elements=["producer_group", "client_id"],

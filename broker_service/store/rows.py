@@ -252,6 +252,20 @@ transaction_record = _reader(
     },
 )
 producer_instance = _reader(ProducerInstance, {"topics": _json_tuple})
+
+
+def heartbeat_row(instance: ProducerInstance) -> dict[str, Any]:
+    """The columns of ``producers`` an instance's heartbeat writes (not its delivery errors)."""
+    return {
+        "producer_group": instance.producer_group,
+        "client_id": instance.client_id,
+        "callback_url": instance.callback_url,
+        "topics": orjson.dumps(list(instance.topics)).decode(),
+        "last_heartbeat_at": instance.last_heartbeat_at,
+        "access_key": instance.access_key,
+    }
+
+
 consumer_group = _reader(
     ConsumerGroup,
     {"message_model": MessageModel, "consume_from": ConsumeFrom, "orderly": bool},
