@@ -37,9 +37,9 @@ def _origin(message: StoredMessage) -> tuple[str, int]:
     return topic, int(message.properties.get(PROP_ORIGIN_QUEUE_ID, message.queue_id))
 
 
+@dataclass(eq=False)
 class ConsumerAdmin:
-    def __init__(self, groups: Groups) -> None:
-        self.groups = groups
+    groups: Groups
 
     def reset_offset(
         self, group_name: str, topic: str, timestamp: int

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -36,10 +36,10 @@ from broker_service.domain.errors import Conflict, InvalidRequest, NotFound
 from broker_service.domain.ports import StoreTx
 
 
+@dataclass(eq=False)
 class Retries:
-    def __init__(self, groups: Groups, leases: Leases) -> None:
-        self.groups = groups
-        self.leases = leases
+    groups: Groups
+    leases: Leases
 
     @property
     def levels(self) -> tuple[int, ...]:
