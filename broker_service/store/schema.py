@@ -46,6 +46,14 @@ metadata = MetaData(
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 Millis = BigInteger
 
+
+def partial_index(name: str, *columns: str, where: str, unique: bool = False) -> Index:
+    """An index of only the rows ``where`` holds, on SQLite and PostgreSQL alike."""
+    return Index(
+        name, *columns, unique=unique, sqlite_where=text(where), postgresql_where=text(where)
+    )
+
+
 topics = Table(
     "topics",
     metadata,
@@ -103,27 +111,17 @@ messages = Table(
     UniqueConstraint("topic", "queue_id", "queue_offset"),
     Index("ix_messages_msg_id", "msg_id"),
     # Partial: most messages have neither, and every index costs each insert.
-    Index(
-        "uq_messages_dedup_key",
-        "dedup_key",
-        unique=True,
-        sqlite_where=text("dedup_key IS NOT NULL"),
-        postgresql_where=text("dedup_key IS NOT NULL"),
-    ),
-    Index(
-        "ix_messages_transaction_id",
-        "transaction_id",
-        sqlite_where=text("transaction_id IS NOT NULL"),
-        postgresql_where=text("transaction_id IS NOT NULL"),
+    partial_index("uq_messages_dedup_key", "dedup_key", where="dedup_key IS NOT NULL", unique=True),
+    partial_index(
+        "ix_messages_transaction_id", "transaction_id", where="transaction_id IS NOT NULL"
     ),
     Index("ix_messages_stored_at", "stored_at"),
     # Delayed messages still waiting: the release scheduler's lookup.
-    Index(
+    partial_index(
         "ix_messages_due",
         "topic",
         "deliver_at",
-        sqlite_where=text("released_at IS NULL AND deliver_at IS NOT NULL"),
-        postgresql_where=text("released_at IS NULL AND deliver_at IS NOT NULL"),
+        where="released_at IS NULL AND deliver_at IS NOT NULL",
     ),
 )
 
@@ -181,11 +179,8 @@ transactions = Table(
     Index("ix_transactions_group_state", "producer_group", "state"),
     Index("ix_transactions_msg_id", "msg_id"),
     Index("ix_transactions_pull", "producer_group", "check_client_id"),
-    Index(
-        "ix_transactions_undelivered",
-        "undelivered_since",
-        sqlite_where=text("undelivered_since IS NOT NULL"),
-        postgresql_where=text("undelivered_since IS NOT NULL"),
+    partial_index(
+        "ix_transactions_undelivered", "undelivered_since", where="undelivered_since IS NOT NULL"
     ),
 )
 
@@ -258,6 +253,9 @@ consumer_offsets = Table(
     PrimaryKeyConstraint("consumer_group", "topic", "queue_id", "client_id"),
 )
 
+# A delivery still open: in flight, or an orderly retry waiting at its queue's head.
+OPEN_DELIVERY = "state IN ('INFLIGHT', 'RETRYING')"
+
 # One row per hand-out of a message to a member: the in-flight lease and, once acked, the
 # delivery record the reconciliation reads.
 deliveries = Table(
@@ -279,24 +277,17 @@ deliveries = Table(
     Column("finished_at", Millis, nullable=True),
     UniqueConstraint("receipt_handle"),
     Index("ix_deliveries_msg_id", "msg_id"),
-    # Partial: only open deliveries (in flight, or an orderly retry waiting at its queue's head).
-    # The oldest open offset of a queue is its committed offset; due ones are handed out again.
-    Index(
+    # Partial: only open deliveries.  The oldest open offset of a queue is its committed offset;
+    # due ones are handed out again.
+    partial_index(
         "ix_deliveries_open",
         "consumer_group",
         "topic",
         "queue_id",
         "queue_offset",
-        sqlite_where=text("state IN ('INFLIGHT', 'RETRYING')"),
-        postgresql_where=text("state IN ('INFLIGHT', 'RETRYING')"),
+        where=OPEN_DELIVERY,
     ),
-    Index(
-        "ix_deliveries_due",
-        "consumer_group",
-        "invisible_until",
-        sqlite_where=text("state IN ('INFLIGHT', 'RETRYING')"),
-        postgresql_where=text("state IN ('INFLIGHT', 'RETRYING')"),
-    ),
+    partial_index("ix_deliveries_due", "consumer_group", "invisible_until", where=OPEN_DELIVERY),
 )
 
 # Events the rows themselves do not record (checks sent and answered, operator actions, resends).
