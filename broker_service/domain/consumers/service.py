@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import TypeVar
 
 from broker_service.domain.clock import now_ms
 from broker_service.domain.config import ConsumerConfig
@@ -36,11 +35,16 @@ from broker_service.domain.consumers.trace import (
 from broker_service.domain.consumers.wakeup import Arrivals
 from broker_service.domain.errors import InvalidRequest
 from broker_service.domain.messages.model import MayRead, topic_of
-from broker_service.domain.ports import RequestNonce, Store, StoreTx, UnitRunner, nonces
+from broker_service.domain.ports import (
+    RequestNonce,
+    Store,
+    StoreTx,
+    UnitRunner,
+    WriteRunner,
+    nonces,
+)
 
 _TOUCH_EVERY_MS = 5_000  # a member's liveness is written at most this often per broker
-
-T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -55,6 +59,8 @@ class ConsumerService:
     runner: UnitRunner | None = None
 
     def __post_init__(self) -> None:
+        # Consumer units claim side by side where the store can (``runner``), else they are writes.
+        self.claims: UnitRunner = WriteRunner(self.store) if self.runner is None else self.runner
         self.groups = Groups(self.config, self.clock)
         self.leases = Leases(self.groups)
         self.receiver = Receiver(self.groups, self.leases)
@@ -110,7 +116,7 @@ class ConsumerService:
         ask = self._asking(group, client_id, topic, max_messages, invisible_seconds, max_per_queue)
 
         async def claim() -> ReceiveResult:
-            return await self._claim(ask(), lease_only=True, nonce=nonce)
+            return await self.claims.run(ask(), lease_only=True, nonce=nonces.take(nonce))
 
         return await self._long_poll(claim, max_messages, wait_seconds)
 
@@ -138,14 +144,14 @@ class ConsumerService:
         async def claim() -> ReceiveResult:
             nonlocal acked
             if acked is not None:
-                return await self._claim(ask(), lease_only=True, nonce=nonce)
+                return await self.claims.run(ask(), lease_only=True, nonce=nonces.take(nonce))
             receive = ask()
 
             def both(tx: StoreTx) -> tuple[AckResult, ReceiveResult]:
                 self.receiver.subscriptions_of(tx, group, topic)  # refused before the ack writes
                 return ack(tx), receive(tx)
 
-            first, result = await self._claim(both, nonce=nonce)
+            first, result = await self.claims.run(both, nonce=nonces.take(nonce))
             if first.freed_topics:  # an orderly queue may hand out its next message now
                 self.arrivals.announce(first.freed_topics)
             acked = first
@@ -199,17 +205,6 @@ class ConsumerService:
                 pause = min(pause, max(0.0, (result.next_due_at - self.clock()) / 1000) + 0.002)
             await self.arrivals.wait(result.topics, pause, version, result.competitor)
 
-    async def _claim(
-        self,
-        unit: Callable[[StoreTx], T],
-        *,
-        lease_only: bool = False,
-        nonce: RequestNonce | None = None,
-    ) -> T:
-        if self.runner is not None:
-            return await self.runner.run(unit, lease_only=lease_only, nonce=nonces.take(nonce))
-        return await self.store.write(unit, nonce=nonces.take(nonce))
-
     def _touch(self, group: str, client_id: str) -> bool:
         now = self.clock()
         key = (group, client_id)
@@ -223,7 +218,7 @@ class ConsumerService:
     async def ack(
         self, group: str, handles: Sequence[str], *, nonce: RequestNonce | None = None
     ) -> AckResult:
-        result = await self._claim(self.leases.ack(group, handles), nonce=nonce)
+        result = await self.claims.run(self.leases.ack(group, handles), nonce=nonces.take(nonce))
         if result.freed_topics:  # an orderly queue may hand out its next message now
             self.arrivals.announce(result.freed_topics)
         return result
@@ -231,7 +226,9 @@ class ConsumerService:
     async def nack(
         self, group: str, handle: str, delay_level: int | None, *, nonce: RequestNonce | None = None
     ) -> NackResult:
-        return await self._claim(self.retries.nack(group, handle, delay_level), nonce=nonce)
+        return await self.claims.run(
+            self.retries.nack(group, handle, delay_level), nonce=nonces.take(nonce)
+        )
 
     async def change_invisible(
         self,
@@ -246,7 +243,7 @@ class ConsumerService:
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
             )
         unit = self.leases.change_invisible(group, handle, int(invisible_seconds * 1000))
-        return await self._claim(unit, lease_only=True, nonce=nonce)
+        return await self.claims.run(unit, lease_only=True, nonce=nonces.take(nonce))
 
     # -- dead letters -----------------------------------------------------------------------------
 

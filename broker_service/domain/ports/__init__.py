@@ -56,6 +56,7 @@ from broker_service.domain.ports.store import (
     StoreTx,
     Unit,
     UnitRunner,
+    WriteRunner,
     wrapped_like,
 )
 from broker_service.domain.ports.transactions import ResolveOutcome, TransactionStore
@@ -95,5 +96,6 @@ __all__ = [
     "TransactionStore",
     "Unit",
     "UnitRunner",
+    "WriteRunner",
     "wrapped_like",
 ]

@@ -195,6 +195,23 @@ class UnitRunner(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class WriteRunner:
+    """The :class:`UnitRunner` of a store whose units run one at a time anyway: each unit is one
+    more :meth:`Store.write` (``lease_only`` changes nothing there)."""
+
+    store: Store
+
+    async def run(
+        self,
+        unit: Callable[[StoreTx], T],
+        *,
+        lease_only: bool = False,
+        nonce: NonceKey | None = None,
+    ) -> T:
+        return await self.store.write(unit, nonce=nonce)
+
+
+@dataclass(frozen=True, slots=True)
 class Readiness:
     ready: bool
     reason: str = ""
