@@ -197,7 +197,7 @@ async def backlog(port: int, total: int, sampler: Sampler, figures: Figures) -> 
     acked = [0]
     started = time.perf_counter()
     tasks = [
-        asyncio.create_task(_consumer(port, "backlog-group", f"d{n}", stop, acked))
+        asyncio.create_task(_consumer(port, "backlog-group", f"d{n}", stop, acked, False))
         for n in range(4)
     ]
     next_sample = 0
