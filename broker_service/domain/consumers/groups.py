@@ -5,7 +5,7 @@ every receive and ack makes, kept for a second."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker_service.domain import names
 from broker_service.domain.clock import now_ms
@@ -119,15 +119,7 @@ class Groups:
 
     def _insert_group(self, tx: StoreTx, wanted: ConsumerGroup) -> ConsumerGroup:
         now = self.clock()
-        group = ConsumerGroup(
-            name=wanted.name,
-            message_model=wanted.message_model,
-            consume_from=wanted.consume_from,
-            consume_timestamp=wanted.consume_timestamp,
-            max_reconsume_times=wanted.max_reconsume_times,
-            orderly=wanted.orderly,
-            created_at=now,
-        )
+        group = replace(wanted, created_at=now)
         tx.create_consumer_group(group)
         for name in (retry_topic(group.name), dlq_topic(group.name)):
             if tx.get_topic(name) is None:
