@@ -6,9 +6,11 @@ message.  Due deliveries are claimed with ``FOR UPDATE SKIP LOCKED`` on PostgreS
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import String, any_, bindparam, case, func, insert, select, text, update
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql import ColumnElement
 
 from broker_service.domain import names
 from broker_service.domain.consumers.model import (
@@ -32,6 +34,17 @@ m = messages.c
 OPEN = text("deliveries.state IN ('INFLIGHT', 'RETRYING')")
 assert OPEN_STATES == ("INFLIGHT", "RETRYING")
 _TEXTS = postgresql.ARRAY(String)  # PostgreSQL's array where SQLite takes an expanding IN
+
+
+def group_queue(c: Any) -> tuple[ColumnElement[bool], ...]:
+    """A group's rows of one queue (its deliveries, its progress): ``consumer_group``, ``topic``
+    and ``queue_id`` bound as ``b_group``, ``b_topic`` and ``b_queue``."""
+    return (
+        c.consumer_group == bindparam("b_group"),
+        c.topic == bindparam("b_topic"),
+        c.queue_id == bindparam("b_queue"),
+    )
+
 
 _insert_deliveries = BulkInsert(
     deliveries,
@@ -95,12 +108,7 @@ _set_delivery = (
 )
 _expire_queue = (
     update(deliveries)
-    .where(
-        d.consumer_group == bindparam("b_group"),
-        d.topic == bindparam("b_topic"),
-        d.queue_id == bindparam("b_queue"),
-        OPEN,
-    )
+    .where(*group_queue(d), OPEN)
     .values(state=DeliveryState.EXPIRED.value, finished_at=bindparam("b_now"))
 )
 _visible_now = case((d.invisible_until > bindparam("now"), 0), else_=1)

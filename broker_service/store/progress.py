@@ -42,7 +42,7 @@ from sqlalchemy.dialects import postgresql
 from broker_service.domain.consumers.model import QueueProgress
 from broker_service.domain.messages.model import QueueInfo, StoredMessage
 from broker_service.store import rows
-from broker_service.store.deliveries import OPEN
+from broker_service.store.deliveries import OPEN, group_queue
 from broker_service.store.fastpath import Prepared
 from broker_service.store.part import SqlPart
 from broker_service.store.schema import consumer_offsets, deliveries, messages, queues, topics
@@ -60,12 +60,7 @@ _all_progress = (
 )
 _save_progress = (
     update(consumer_offsets)
-    .where(
-        o.consumer_group == bindparam("b_group"),
-        o.topic == bindparam("b_topic"),
-        o.queue_id == bindparam("b_queue"),
-        o.client_id == bindparam("b_client"),
-    )
+    .where(*group_queue(o), o.client_id == bindparam("b_client"))
     .values(
         committed_offset=bindparam("b_committed"),
         pulled_offset=bindparam("b_pulled"),
