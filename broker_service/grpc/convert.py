@@ -14,7 +14,12 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_service.domain.consumers.model import Delivered
 from broker_service.domain.errors import InvalidRequest
-from broker_service.domain.messages.model import RESERVED_PROPERTIES, Encoding, MessageDraft
+from broker_service.domain.messages.model import (
+    RESERVED_PROPERTIES,
+    Encoding,
+    MessageDraft,
+    StoredMessage,
+)
 from broker_service.domain.transactions.checkback import CheckRequest
 
 MessageType = pb.MessageType
@@ -131,19 +136,17 @@ def body_digest(body: bytes) -> pb.Digest:
 
 def message(
     topic: str,
-    body: bytes,
+    source: CheckRequest | StoredMessage,
     *,
-    msg_id: str,
-    tags: str | None,
-    keys: tuple[str, ...],
-    properties: Mapping[str, str],
     born_at: int,
     message_type: int,
     store_host: str,
 ) -> pb.Message:
+    """``source`` (a stored message, or the half a check asks about) as a message of ``topic``."""
+    body, properties = source.body, source.properties
     system = pb.SystemProperties(
-        keys=list(keys),
-        message_id=msg_id,
+        keys=list(source.keys),
+        message_id=source.msg_id,
         body_digest=body_digest(body),
         body_encoding=pb.Encoding.IDENTITY,
         message_type=message_type,
@@ -151,8 +154,8 @@ def message(
         born_host="",
         store_host=store_host,
     )
-    if tags:
-        system.tag = tags
+    if source.tags:
+        system.tag = source.tags
     trace = properties.get(TRACEPARENT)
     if trace:
         system.trace_context = trace
@@ -168,11 +171,7 @@ def check_message(request: CheckRequest, store_host: str) -> pb.Message:
     """The half a check asks about, as a RecoverOrphanedTransactionCommand carries it."""
     return message(
         request.topic,
-        request.body,
-        msg_id=request.msg_id,
-        tags=request.tags,
-        keys=request.keys,
-        properties=request.properties,
+        request,
         born_at=0,
         message_type=MessageType.TRANSACTION,
         store_host=store_host,
@@ -185,11 +184,7 @@ def delivered_message(delivered: Delivered, store_host: str) -> pb.Message:
     stored = delivered.message
     out = message(
         delivered.topic,
-        stored.body,
-        msg_id=stored.msg_id,
-        tags=stored.tags,
-        keys=stored.keys,
-        properties=stored.properties,
+        stored,
         born_at=stored.born_at,
         message_type=message_type_of(
             stored.sharding_key, stored.deliver_at, stored.transaction_id is not None
