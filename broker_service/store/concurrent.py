@@ -21,6 +21,7 @@ from broker_service.store.sqltx import SqlTx
 T = TypeVar("T")
 
 _RETRIES = 3
+_NOT_READY = "the broker is not ready: the store's schema is not current"
 # How long settling a committed offset waits for the unit that holds its row: a receive's or an
 # ack's holds it for milliseconds; longer means something is wrong, and the offset is left.
 _SETTLE_WAIT_MS = 2000
@@ -52,17 +53,15 @@ class ConcurrentUnits:
         self.ready = ready
         self.inflight = inflight
 
-    async def run(
-        self,
-        unit: Callable[[Any], T],
-        *,
-        lease_only: bool = False,
-        nonce: NonceKey | None = None,
-    ) -> T:
+    async def run(self, unit: Callable[[Any], T], *, nonce: NonceKey | None = None) -> T:
         if not self.ready():
-            raise NotReady("the broker is not ready: the store's schema is not current")
-        engine = self.leases if lease_only else self.durable
-        return await anyio.to_thread.run_sync(self._run, unit, engine, nonce)
+            raise NotReady(_NOT_READY)
+        return await anyio.to_thread.run_sync(self._run, unit, self.durable, nonce)
+
+    async def run_lease(self, unit: Callable[[Any], T], *, nonce: NonceKey | None = None) -> T:
+        if not self.ready():
+            raise NotReady(_NOT_READY)
+        return await anyio.to_thread.run_sync(self._run, unit, self.leases, nonce)
 
     def _run(self, unit: Callable[[Any], T], engine: Engine, nonce: NonceKey | None) -> T:
         error: Exception | None = None

@@ -116,7 +116,7 @@ class ConsumerService:
         ask = self._asking(group, client_id, topic, max_messages, invisible_seconds, max_per_queue)
 
         async def claim() -> ReceiveResult:
-            return await self.claims.run(ask(), lease_only=True, nonce=nonces.take(nonce))
+            return await self.claims.run_lease(ask(), nonce=nonces.take(nonce))
 
         return await self._long_poll(claim, max_messages, wait_seconds)
 
@@ -144,7 +144,7 @@ class ConsumerService:
         async def claim() -> ReceiveResult:
             nonlocal acked
             if acked is not None:
-                return await self.claims.run(ask(), lease_only=True, nonce=nonces.take(nonce))
+                return await self.claims.run_lease(ask(), nonce=nonces.take(nonce))
             receive = ask()
 
             def both(tx: StoreTx) -> tuple[AckResult, ReceiveResult]:
@@ -243,7 +243,7 @@ class ConsumerService:
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
             )
         unit = self.leases.change_invisible(group, handle, int(invisible_seconds * 1000))
-        return await self.claims.run(unit, lease_only=True, nonce=nonces.take(nonce))
+        return await self.claims.run_lease(unit, nonce=nonces.take(nonce))
 
     # -- dead letters -----------------------------------------------------------------------------
 

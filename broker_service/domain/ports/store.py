@@ -179,36 +179,30 @@ class Store(Protocol):
 
 class UnitRunner(Protocol):
     """Runs consumer units of work side by side, instead of through :meth:`Store.write` (a store
-    whose claims are row locks, so that several units may take them at once).  ``lease_only``:
-    the unit only takes or renews leases, whose loss just redelivers."""
+    whose claims are row locks, so that several units may take them at once)."""
 
-    async def run(
-        self,
-        unit: Callable[[StoreTx], T],
-        *,
-        lease_only: bool = False,
-        nonce: NonceKey | None = None,
-    ) -> T:
+    async def run(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
         """Run ``unit`` in a transaction of its own and commit; ``nonce`` as for
         :meth:`Store.write`."""
+        ...
+
+    async def run_lease(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
+        """:meth:`run` for a unit that only takes or renews leases, whose loss just redelivers
+        (its commit may be less durable)."""
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class WriteRunner:
     """The :class:`UnitRunner` of a store whose units run one at a time anyway: each unit is one
-    more :meth:`Store.write` (``lease_only`` changes nothing there)."""
+    more :meth:`Store.write`, a lease's as durable as any."""
 
     store: Store
 
-    async def run(
-        self,
-        unit: Callable[[StoreTx], T],
-        *,
-        lease_only: bool = False,
-        nonce: NonceKey | None = None,
-    ) -> T:
+    async def run(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
         return await self.store.write(unit, nonce=nonce)
+
+    run_lease = run
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,10 @@ async def test_leases_commit_asynchronously_and_acks_as_flush_says(
         ready=lambda: True,
     )
     try:
-        assert await runner.run(_synchronous_commit, lease_only=True) == "off"
+        assert await runner.run_lease(_synchronous_commit) == "off"
         assert await runner.run(_synchronous_commit) == ack_commits
         # Twice each: a pooled connection keeps what its pool's sessions start with.
-        assert await runner.run(_synchronous_commit, lease_only=True) == "off"
+        assert await runner.run_lease(_synchronous_commit) == "off"
         assert await runner.run(_synchronous_commit) == ack_commits
     finally:
         store.close()
