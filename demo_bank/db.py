@@ -40,12 +40,5 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Bring a bank's database to the current schema."""
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            config = alembic_config(url)
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
-    finally:
-        engine.dispose()
+    """Bring a bank's database to the current schema (``migrations/env.py`` opens it)."""
+    command.upgrade(alembic_config(url), revision)
