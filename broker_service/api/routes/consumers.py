@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -39,6 +40,9 @@ from broker_service.api.schemas.consumers import (
     TraceOut,
 )
 from broker_service.domain.consumers.model import (
+    AckResult as AckedHandles,
+)
+from broker_service.domain.consumers.model import (
     ConsumeFrom,
     ConsumerGroup,
     DeadMessage,
@@ -48,6 +52,7 @@ from broker_service.domain.consumers.model import (
     dlq_topic,
     retry_topic,
 )
+from broker_service.metrics import BrokerMetrics
 from halfmq_wire.records import AckResult
 
 router = APIRouter(
@@ -86,6 +91,18 @@ def _delivered_dict(d: Delivered) -> dict[str, object]:
     fields["receipt_handle"] = d.receipt_handle
     fields["invisible_until"] = rfc3339(d.invisible_until)
     return fields
+
+
+def _count_delivered(metrics: BrokerMetrics, delivered: Sequence[Delivered]) -> None:
+    """A receive's counts: whether it found messages (or waited in vain), and how many."""
+    metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
+    metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
+
+
+def _count_acked(metrics: BrokerMetrics, result: AckedHandles) -> None:
+    """An ack's counts: the messages acked and the stale handles that acked nothing."""
+    metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
+    metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
 
 
 def _dead_out(dead: DeadMessage) -> DeadOut:
@@ -167,8 +184,7 @@ async def receive(
         max_per_queue=body.max_per_queue,
         nonce=nonce_of(request),
     )
-    metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
-    metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
+    _count_delivered(metrics, delivered)
     return convert.json_response({"messages": [_delivered_dict(d) for d in delivered]})
 
 
@@ -179,8 +195,7 @@ async def ack(
 ) -> Response:
     """Consumed.  A stale handle (its invisibility ran out) acks nothing; the message comes again."""
     result = await consumers.ack(group, body.receipt_handles, nonce=nonce_of(request))
-    metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
-    metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
+    _count_acked(metrics, result)
     return convert.json_response(AckResult(result.acked, tuple(result.stale)).to_json())
 
 
@@ -207,10 +222,8 @@ async def ack_and_receive(
         max_per_queue=body.max_per_queue,
         nonce=nonce_of(request),
     )
-    metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
-    metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
-    metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
-    metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
+    _count_acked(metrics, result)
+    _count_delivered(metrics, delivered)
     return convert.json_response(
         {
             "acked": result.acked,
