@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 
@@ -20,6 +20,7 @@ from broker_service.api.schemas.transactions import (
     TransactionIn,
     TransactionListOut,
     TransactionOut,
+    TransactionStateName,
 )
 from broker_service.domain.transactions.model import Decision, ResolvedBy, TransactionState
 from halfmq_wire.records import HalfReceipt
@@ -155,7 +156,7 @@ async def check_audit(transaction_id: IdPath, service: TransactionsDep) -> Check
 @needs(rules.list_transactions)
 async def list_transactions(
     service: TransactionsDep,
-    state: Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"] | None = None,
+    state: TransactionStateName | None = None,
     producer_group: GroupQuery = None,
     older_than_seconds: Annotated[float | None, Query(ge=0, le=10**9)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

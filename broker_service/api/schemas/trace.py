@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from broker_service.api.schemas.common import ErrorBody, Strict, Text, TimeIn, json_number
+from broker_service.api.schemas.transactions import TransactionStateName
 from broker_service.domain.consumers.trace import ClientTraceRecord
 
 # -- the clients' reports -------------------------------------------------------------------------
@@ -68,7 +69,7 @@ class CheckEntryOut(BaseModel):
 
 class CheckAuditOut(BaseModel):
     transaction_id: str
-    state: Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"]
+    state: TransactionStateName
     producer_group: str
     msg_id: str
     check_times: int

@@ -18,6 +18,9 @@ from broker_service.api.schemas.messages import MessageIn
 
 # -- transactions --------------------------------------------------------------------------------
 
+# A transaction's state, as the contract spells it (the domain's ``TransactionState``).
+TransactionStateName = Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"]
+
 
 class TransactionIn(MessageIn):
     topic: str = Field(json_schema_extra=USER_TOPIC_SCHEMA)
@@ -55,7 +58,7 @@ class ResolutionOut(BaseModel):
 
 class TransactionOut(BaseModel):
     transaction_id: str
-    state: Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"]
+    state: TransactionStateName
     producer_group: str
     topic: str
     msg_id: str

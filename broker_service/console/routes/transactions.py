@@ -12,6 +12,7 @@ from broker_service.acl.model import Need, Perm
 from broker_service.api import permissions as rules
 from broker_service.api.params import GroupQuery, IdPath
 from broker_service.api.permissions import needs
+from broker_service.api.schemas.transactions import TransactionStateName
 from broker_service.console import views
 from broker_service.console.routes.common import back_to, router
 from broker_service.console.web import (
@@ -40,8 +41,6 @@ from broker_service.domain.transactions.model import (
 )
 from broker_service.domain.transactions.service import TransactionService
 from broker_service.metrics import BrokerMetrics
-
-States = Literal["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"]
 
 
 def _service(request: Request) -> TransactionService:
@@ -125,7 +124,7 @@ async def next_rounds(
 @needs(rules.list_transactions)
 async def transactions(
     request: Request,
-    state: States | Literal[""] | None = "PREPARED",
+    state: TransactionStateName | Literal[""] | None = "PREPARED",
     producer_group: GroupQuery = None,
     older_than_seconds: Annotated[float | None, Query(ge=0, le=10**9)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
