@@ -35,6 +35,7 @@ from pathlib import Path
 import orjson
 from sqlalchemy import Connection, create_engine, select
 
+from broker_service.domain.names import OP_HALF_TOPIC
 from broker_service.store.schema import messages, trace_events, transactions
 from drills.pg_cluster import free_port
 from framework import LocalTransactionState, Message, TransactionProducer
@@ -43,7 +44,6 @@ from halfmq.broker_process import BrokerProcess, process_cpu_seconds
 
 TOPIC = "many"
 GROUP = "many-producers"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 COMMIT_BODY = "commit"
 ROLLBACK_BODY = "rollback"
 _HOLD_MAX = 10.0  # seconds a held check waits at most, so a forgotten hold never hangs a run
@@ -275,7 +275,7 @@ def audit(url: str, transaction_ids: Iterable[str]) -> Audit:
             ):
                 if row.transaction_id not in wanted:
                     continue
-                if row.topic == OP_TOPIC:
+                if row.topic == OP_HALF_TOPIC:
                     ops[row.transaction_id] += 1
                 elif row.topic == "RMQ_SYS_TRANS_HALF_TOPIC":
                     bodies[row.transaction_id] = bytes(row.body).decode()

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 from sqlalchemy import create_engine, func, select
 
+from broker_service.domain.names import OP_HALF_TOPIC
 from broker_service.store import migrate
 from broker_service.store.schema import deliveries, messages, transactions
 from drills.pg_cluster import PgCluster, free_port
@@ -51,7 +52,6 @@ from halfmq.broker_process import BrokerProcess
 TOPIC = "drill"
 PRODUCER_GROUP = "drill-producers"
 CONSUMER_GROUP = "drill-consumers"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 # The brokers' settings: checks and purge rounds every second or two, so that the schedulers run
 # on both sides of the failover.
 BROKER_ENV = {
@@ -595,7 +595,7 @@ def _stored(url: str) -> _Stored:
             }
             ops: dict[str, int] = defaultdict(int)
             for (txid,) in conn.execute(
-                select(messages.c.transaction_id).where(messages.c.topic == OP_TOPIC)
+                select(messages.c.transaction_id).where(messages.c.topic == OP_HALF_TOPIC)
             ):
                 ops[str(txid)] += 1
             real: dict[str, int] = defaultdict(int)
