@@ -18,6 +18,9 @@ from tests.integration.broker_service.store.test_retention import HOUR, _rfc3339
 from tests.support import BrokerApp
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+# How far ahead the messages to release are due: far enough that, on a loaded machine, the send
+# still reaches the broker before that time (a message sent already due is not parked at all).
+SOON_MS = 1_500
 
 
 @pytest.fixture
@@ -50,15 +53,24 @@ def schedule_rows(broker: BrokerApp) -> dict[str, int]:
     return {("waiting" if bool(r[0]) else "released"): int(r[1]) for r in rows}
 
 
+async def park_and_release(broker: BrokerApp, ids: list[str]) -> int:
+    """Sends ``ids`` due shortly, checks they were parked in the schedule queue, waits until they
+    are due and releases them: how many the release moved into their topic."""
+    due = now_ms() + SOON_MS
+    waiting = schedule_rows(broker).get("waiting", 0)
+    await send_at(broker, ids, due)
+    assert schedule_rows(broker).get("waiting", 0) == waiting + len(ids), "not parked"
+    await asyncio.sleep(max(0, due - now_ms()) / 1000 + 0.05)
+    return (await broker.state.messages.release_due(100)).released
+
+
 @pytest.mark.parametrize("waiting", [5_001, 12_000])
 async def test_released_messages_behind_a_long_waiting_head_go(
     broker: BrokerApp, waiting: int
 ) -> None:
     await broker.topic("t", queues=1)
     await send_at(broker, [f"w{i}" for i in range(waiting)], now_ms() + 60 * HOUR)
-    await send_at(broker, [f"r{i}" for i in range(30)], now_ms() + 50)
-    await asyncio.sleep(0.1)
-    assert (await broker.state.messages.release_due(100)).released == 30
+    assert await park_and_release(broker, [f"r{i}" for i in range(30)]) == 30
     assert schedule_rows(broker) == {"waiting": waiting, "released": 30}
     ((queue_id, head),) = sql(
         broker, "SELECT queue_id, min_offset FROM queues WHERE topic = :t AND next_offset > 0",
@@ -87,9 +99,7 @@ async def test_released_messages_behind_a_long_waiting_head_go(
 async def test_a_round_stops_at_its_budget_and_the_next_goes_on(broker: BrokerApp) -> None:
     await broker.topic("t", queues=1)
     await send_at(broker, [f"w{i}" for i in range(50)], now_ms() + 60 * HOUR)
-    await send_at(broker, [f"r{i}" for i in range(20)], now_ms() + 50)
-    await asyncio.sleep(0.1)
-    await broker.state.messages.release_due(100)
+    assert await park_and_release(broker, [f"r{i}" for i in range(20)]) == 20
     t_copies = sql(broker, "SELECT count(*) FROM messages WHERE topic = 't'")[0][0]
     assert t_copies == 20
 
