@@ -7,9 +7,8 @@ from typing import Any
 
 from broker_service.domain import names
 from broker_service.domain.messages.model import PendingMessage, StoredMessage
-from broker_service.domain.ports import ResolveOutcome
+from broker_service.domain.ports import ResolveOutcome, TransactionEnd, TransactionQuery
 from broker_service.domain.transactions.model import (
-    ResolvedBy,
     TransactionRecord,
     TransactionState,
 )
@@ -83,35 +82,24 @@ class TransactionPart(MessagePart):
         half = self.get_message_at(names.HALF_TOPIC, 0, row.record.half_offset)
         return row.record, half
 
-    def list_transactions(
-        self,
-        state: TransactionState | None,
-        producer_group: str | None,
-        created_before: int | None,
-        limit: int,
-    ) -> list[TransactionRecord]:
+    def list_transactions(self, query: TransactionQuery) -> list[TransactionRecord]:
+        state, group, before = query.state, query.producer_group, query.created_before
+
         def keep(record: TransactionRecord) -> bool:
             return (
                 (state is None or record.state == state)
-                and (producer_group is None or record.producer_group == producer_group)
-                and (created_before is None or record.created_at <= created_before)
+                and (group is None or record.producer_group == group)
+                and (before is None or record.created_at <= before)
             )
 
-        return self.first_transactions(keep, lambda record: record.created_at, limit)
+        return self.first_transactions(keep, lambda record: record.created_at, query.limit)
 
-    def resolve_transaction(
-        self,
-        transaction_id: str,
-        state: TransactionState,
-        at: int,
-        by: ResolvedBy,
-        client: str | None = None,
-    ) -> ResolveOutcome:
+    def resolve_transaction(self, end: TransactionEnd) -> ResolveOutcome:
         """The one conditional update: only a transaction still open moves (units run one at a
         time, so the outcome is never deferred)."""
-        row = self.open_row(transaction_id)
+        row = self.open_row(end.transaction_id)
         if row is None:
             return ResolveOutcome.NOT_OPEN
-        resolved = {"resolved_at": at, "resolved_by": by, "resolved_client": client}
-        self.unclaim(row, state=state, **resolved, **OUT_OF_CHECKS)
+        resolved = {"resolved_at": end.at, "resolved_by": end.by, "resolved_client": end.client}
+        self.unclaim(row, state=end.state, **resolved, **OUT_OF_CHECKS)
         return ResolveOutcome.RESOLVED

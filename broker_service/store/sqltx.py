@@ -25,8 +25,13 @@ from broker_service.domain.messages.model import (
     StoredMessage,
     Topic,
 )
-from broker_service.domain.ports import MessageQuery, ResolveOutcome
-from broker_service.domain.transactions.model import ResolvedBy, TransactionRecord, TransactionState
+from broker_service.domain.ports import (
+    MessageQuery,
+    ResolveOutcome,
+    TransactionEnd,
+    TransactionQuery,
+)
+from broker_service.domain.transactions.model import TransactionRecord
 from broker_service.store import rows
 from broker_service.store import statements as sql
 from broker_service.store.acl import AclPart
@@ -493,34 +498,21 @@ class SqlTx(
         half = rows.stored_message(row, "m_") if row["m_id"] is not None else None
         return rows.transaction_record(row), half
 
-    def list_transactions(
-        self,
-        state: TransactionState | None,
-        producer_group: str | None,
-        created_before: int | None,
-        limit: int,
-    ) -> list[TransactionRecord]:
+    def list_transactions(self, query: TransactionQuery) -> list[TransactionRecord]:
         t = transactions.c
         conditions: list[Any] = []
-        if state is not None:
-            conditions.append(t.state == state.value)
-        if producer_group is not None:
-            conditions.append(t.producer_group == producer_group)
-        if created_before is not None:
-            conditions.append(t.created_at <= created_before)
+        if query.state is not None:
+            conditions.append(t.state == query.state.value)
+        if query.producer_group is not None:
+            conditions.append(t.producer_group == query.producer_group)
+        if query.created_before is not None:
+            conditions.append(t.created_at <= query.created_before)
         result = self.conn.execute(
-            select(transactions).where(*conditions).order_by(t.created_at).limit(limit)
+            select(transactions).where(*conditions).order_by(t.created_at).limit(query.limit)
         )
         return [rows.transaction_record(row) for row in result]
 
-    def resolve_transaction(
-        self,
-        transaction_id: str,
-        state: TransactionState,
-        at: int,
-        by: ResolvedBy,
-        client: str | None = None,
-    ) -> ResolveOutcome:
+    def resolve_transaction(self, end: TransactionEnd) -> ResolveOutcome:
         """The conditional update that moves a transaction out of its open state.  Deferred
         (``defer_resolutions``), the updates of a batch's units go to PostgreSQL together when the
         batch is flushed -- one round trip where each was one of its own, the writer's longest
@@ -530,16 +522,16 @@ class SqlTx(
         :class:`ResolutionRace` and the writer runs the batch again undeferred, so that the unit
         that lost answers from what the store holds.  A later look at the same transaction in the
         batch (a resolve, a check-back claim or pull) writes the pending updates first."""
-        self._write_if_buffered(transaction_id)
+        self._write_if_buffered(end.transaction_id)
         params = {
-            "b_transaction_id": transaction_id,
-            "b_state": state.value,
-            "b_at": at,
-            "b_by": by.value,
-            "b_client": client,
+            "b_transaction_id": end.transaction_id,
+            "b_state": end.state.value,
+            "b_at": end.at,
+            "b_by": end.by.value,
+            "b_client": end.client,
         }
         if self._defer_resolutions:
-            self._resolutions[transaction_id] = params
+            self._resolutions[end.transaction_id] = params
             return ResolveOutcome.DEFERRED
         if sql.resolve_transaction.rowcount(self.conn, params) == 1:
             return ResolveOutcome.RESOLVED

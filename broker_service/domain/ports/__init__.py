@@ -59,7 +59,12 @@ from broker_service.domain.ports.store import (
     WriteRunner,
     wrapped_like,
 )
-from broker_service.domain.ports.transactions import ResolveOutcome, TransactionStore
+from broker_service.domain.ports.transactions import (
+    ResolveOutcome,
+    TransactionEnd,
+    TransactionQuery,
+    TransactionStore,
+)
 
 __all__ = [
     "AdminStore",
@@ -93,6 +98,8 @@ __all__ = [
     "StoreTx",
     "StoreUpkeep",
     "TraceStore",
+    "TransactionEnd",
+    "TransactionQuery",
     "TransactionStore",
     "Unit",
     "UnitRunner",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
@@ -31,6 +32,29 @@ class ResolveOutcome(Enum):
         return self is not ResolveOutcome.NOT_OPEN
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionEnd:
+    """A transaction's move out of its open state, as the resolving update writes it: to
+    ``state`` at ``at``, decided ``by``; ``client``: the producer instance that asked (its
+    ``client_id``), if it said."""
+
+    transaction_id: str
+    state: TransactionState
+    at: int
+    by: ResolvedBy
+    client: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionQuery:
+    """Which transactions a listing wants, oldest first: each field that is set narrows it."""
+
+    state: TransactionState | None = None
+    producer_group: str | None = None
+    created_before: int | None = None
+    limit: int = 1_000
+
+
 class TransactionStore(Protocol):
     def insert_transaction(self, record: TransactionRecord, half: PendingMessage) -> None:
         """Index a half appended in this unit (its ``half_offset`` comes from ``half``)."""
@@ -43,22 +67,8 @@ class TransactionStore(Protocol):
         """The transaction and its half message (None if the half is gone), in one lookup."""
         ...
 
-    def list_transactions(
-        self,
-        state: TransactionState | None,
-        producer_group: str | None,
-        created_before: int | None,
-        limit: int,
-    ) -> list[TransactionRecord]: ...
-    def resolve_transaction(
-        self,
-        transaction_id: str,
-        state: TransactionState,
-        at: int,
-        by: ResolvedBy,
-        client: str | None = None,
-    ) -> ResolveOutcome:
-        """Move a PREPARED or DISCARDED transaction, which this unit has just read, to
-        ``state``: the one conditional update that lets only one decision win.  ``client``: the
-        producer instance that asked (its ``client_id``), kept by the same update."""
+    def list_transactions(self, query: TransactionQuery) -> list[TransactionRecord]: ...
+    def resolve_transaction(self, end: TransactionEnd) -> ResolveOutcome:
+        """Move a PREPARED or DISCARDED transaction, which this unit has just read, as ``end``
+        says: the one conditional update that lets only one decision win."""
         ...

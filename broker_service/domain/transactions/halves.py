@@ -46,6 +46,7 @@ from broker_service.domain.ports import (
     RetentionStore,
     StoreTx,
     TraceStore,
+    TransactionEnd,
     nonces,
 )
 from broker_service.domain.transactions.model import (
@@ -241,7 +242,8 @@ class Transactions:
                     transaction_id=transaction_id,
                 )
             now = self.clock()
-            outcome = tx.resolve_transaction(transaction_id, decision.final_state, now, by, client)
+            end = TransactionEnd(transaction_id, decision.final_state, now, by, client)
+            outcome = tx.resolve_transaction(end)
             if outcome is ResolveOutcome.NOT_OPEN:
                 # Another broker (or request) won the race since we read: answer as a repeat.
                 return self._answer_repeat(tx, self._get(tx, transaction_id), decision)

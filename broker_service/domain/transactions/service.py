@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from broker_service.domain import names
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
-from broker_service.domain.ports import RequestNonce, Store, StoreTx, nonces
+from broker_service.domain.ports import RequestNonce, Store, StoreTx, TransactionQuery, nonces
 from broker_service.domain.transactions.callbacks import NO_LIMITS, CallbackLimits, CallbackPolicy
 from broker_service.domain.transactions.check_audit import check_audit
 from broker_service.domain.transactions.checkback import (
@@ -137,9 +137,8 @@ class TransactionService:
         created_before = (
             None if older_than_seconds is None else self.clock() - int(older_than_seconds * 1000)
         )
-        return await self.store.read(
-            lambda tx: tx.list_transactions(state, producer_group, created_before, limit)
-        )
+        query = TransactionQuery(state, producer_group, created_before, limit)
+        return await self.store.read(lambda tx: tx.list_transactions(query))
 
     # -- producer instances --------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from broker_service.domain.errors import Conflict
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.messages.sending import Sender
 from broker_service.domain.messages.service import MessageService
-from broker_service.domain.ports import MessageQuery, Store, StoreTx
+from broker_service.domain.ports import MessageQuery, Store, StoreTx, TransactionQuery
 from broker_service.domain.retention.model import PurgeReport
 from broker_service.domain.retention.service import RetentionService
 from broker_service.domain.transactions.checkback import CheckBack
@@ -59,7 +59,7 @@ def _snapshot(tx: StoreTx) -> dict[str, Any]:
         "queues": {t: tx.queue_infos(t) for t in topics},
         "heads": heads,
         "messages": messages,
-        "transactions": tx.list_transactions(None, None, None, 1_000),
+        "transactions": tx.list_transactions(TransactionQuery(limit=1_000)),
         "progress": {g: tx.list_progress(g) for g in groups},
         "all_progress": tx.all_groups_progress(),
         "dead": tx.dead_letter_counts(),

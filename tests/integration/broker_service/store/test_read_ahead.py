@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from broker_service.domain.ports import ResolveOutcome
+from broker_service.domain.ports import ResolveOutcome, TransactionEnd
 from broker_service.domain.transactions.model import ResolvedBy, TransactionState
 from broker_service.settings import Flush
 from broker_service.store import migrate
@@ -98,10 +98,14 @@ async def test_deferred_resolutions_are_written_once_and_seen_by_a_later_look(
     try:
         with engine.begin() as conn:
             tx = SqlTx(conn, defer_resolutions=True)
-            assert tx.resolve_transaction(ids[0], *commit) is ResolveOutcome.DEFERRED
+            assert (
+                tx.resolve_transaction(TransactionEnd(ids[0], *commit)) is ResolveOutcome.DEFERRED
+            )
             assert tx._resolutions, "deferred"
             mark = tx.mark()
-            assert tx.resolve_transaction(ids[1], *commit) is ResolveOutcome.DEFERRED
+            assert (
+                tx.resolve_transaction(TransactionEnd(ids[1], *commit)) is ResolveOutcome.DEFERRED
+            )
             tx.rollback_to(mark)  # the unit that resolved ids[1] failed
             found = tx.transaction_with_half(ids[0])
             assert found is not None
@@ -131,12 +135,12 @@ async def test_a_deferred_resolution_that_lost_its_race_fails_the_flush(pg_url: 
             tx = SqlTx(conn, defer_resolutions=True)
             assert tx.transaction_with_half(tid) is not None
             deferred = tx.resolve_transaction(
-                tid, TransactionState.COMMITTED, 5, ResolvedBy.PRODUCER
+                TransactionEnd(tid, TransactionState.COMMITTED, 5, ResolvedBy.PRODUCER)
             )
             assert deferred is ResolveOutcome.DEFERRED
             with other.begin() as rival:  # the other broker wins
                 won = SqlTx(rival).resolve_transaction(
-                    tid, TransactionState.ROLLED_BACK, 6, ResolvedBy.PRODUCER
+                    TransactionEnd(tid, TransactionState.ROLLED_BACK, 6, ResolvedBy.PRODUCER)
                 )
                 assert won is ResolveOutcome.RESOLVED
             with pytest.raises(ResolutionRace):
@@ -171,7 +175,9 @@ async def test_a_group_commit_whose_deferred_resolution_lost_runs_again_undeferr
                 with rival.begin() as conn:
                     raced.append(
                         SqlTx(conn).resolve_transaction(
-                            target[0], TransactionState.ROLLED_BACK, 6, ResolvedBy.PRODUCER
+                            TransactionEnd(
+                                target[0], TransactionState.ROLLED_BACK, 6, ResolvedBy.PRODUCER
+                            )
                         )
                     )
 
