@@ -75,9 +75,10 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package-lock.json
 # store) and tests/acceptance (real processes, failover, Spark, the browser, RocketMQ's clients).
 # `make test` runs all three in TEST_WORKERS pytest-xdist workers (every test has its own
 # directory, SQLite file, PostgreSQL schema or database, and ports); TEST_WORKERS=0 runs the suite
-# in pytest's own process. The slowest tier comes first, so that no long test starts last, and
-# --dist worksteal hands each worker a run of neighbouring tests (a module's tests share its
-# module-scoped broker or browser) and lets an idle worker take half of a busy one's rest.
+# in pytest's own process. --dist worksteal hands each worker a run of neighbouring tests (a
+# module's tests share its module-scoped broker or browser) and lets an idle worker take half of a
+# busy one's rest; tests/conftest.py puts the longest tests at the heads of those runs, so that
+# each worker starts with its share of them and none starts last.
 TEST_WORKERS ?= 3
 TIERS := tests/acceptance tests/integration tests/unit
 test: lint $(JARS) $(CHROMIUM) $(NODE_CLIENT)/node_modules/.installed

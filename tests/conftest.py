@@ -6,6 +6,10 @@ A test that asks for a migrated store gets the session's migrated schema, emptie
 (tests/reused_schema.py); any other gets its own empty schema (or, where it needs one, its own
 database), dropped afterwards.  When PostgreSQL is unreachable the test is skipped -- except under
 ``CI=true``, where it fails.
+
+Under pytest-xdist the longest tests (``LONGEST``) are handed out first, a share to each worker
+(``_longest_first``), and every JVM Spark starts for a test gets quick-start options
+(``QUICK_JVM``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,29 @@ TESTS = Path(__file__).parent
 # The fixtures whose parameter names the store a test runs on.
 STORE_FIXTURES = ("store", "any_store", "store_url")
 SQL_STORES = ("sqlite", "postgresql")
+# The tests that take longest, longest first (pytest --durations in three workers): each entry is
+# a node id or its prefix, and the tests it names stay together (a module named whole keeps its
+# module-scoped fixtures).  A test missing here merely starts in its tier's place.
+LONGEST = (
+    "tests/acceptance/spark_reconcile/test_reconcile_cluster.py",
+    "tests/acceptance/demo_bank/test_rocketmq_clients.py::test_demo_on_rocketmq_clients",
+    "tests/acceptance/demo_bank/test_reconcile.py::test_demo_reconciles_sqlite",
+    "tests/acceptance/spark_reconcile/test_reconcile_breaks.py",
+    "tests/acceptance/demo_bank/test_runner.py::test_demo_with_every_fault_keeps_every_invariant[postgresql]",
+    "tests/acceptance/demo_bank/test_runner.py::test_demo_with_every_fault_keeps_every_invariant[sqlite]",
+    "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_parquet_export",
+    "tests/acceptance/spark_reconcile/test_reconcile_buckets.py",
+    "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_postgres_store_and_banks",
+    "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_sqlite_store_and_banks",
+    "tests/integration/broker_service/api/test_openapi_fuzz.py::test_every_operation_answers_as_documented[sqlite]",
+    "tests/integration/broker_service/api/test_openapi_fuzz.py::test_every_operation_answers_as_documented[postgresql]",
+    "tests/acceptance/demo_bank/test_reconcile.py::test_demo_without_java",
+)
+# Every JVM Spark starts for a test -- this process's local session, a ``halfmq reconcile`` that a
+# test or the demo runs -- lives minutes at most, on a few hundred rows: the C1 compiler alone and
+# the serial collector leave the cores to the tests, where the C2 compiler's threads took them
+# (``spark-submit`` adds SPARK_SUBMIT_OPTS to the driver's command line).
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _store_of(item: pytest.Item) -> object:
@@ -69,6 +96,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    workers = getattr(config, "workerinput", {}).get("workercount", 0)
+    if workers > 1:
+        items[:] = _longest_first(items, workers)
+
+
+def _longest_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` reordered so that each of ``workers`` starts with its share of ``LONGEST``.
+
+    ``--dist worksteal`` first sends each worker a contiguous share of the run (the first
+    ``len // workers`` tests, then an even share of the rest, ...), then lets an idle worker take
+    half of a busy one's queue, from its end.  So the longest tests go to the heads of those shares,
+    dealt in turn (snake order: 1-2-3-3-2-1, ...), and none of them waits behind the short ones."""
+    blocks: list[list[pytest.Item]] = [[] for _ in LONGEST]
+    rest: list[pytest.Item] = []
+    for item in items:
+        rank = next((n for n, prefix in enumerate(LONGEST) if item.nodeid.startswith(prefix)), None)
+        (rest if rank is None else blocks[rank]).append(item)
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for n, block in enumerate(b for b in blocks if b):
+        turn, place = divmod(n, workers)
+        heads[place if turn % 2 == 0 else workers - 1 - place].extend(block)
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for n, head in enumerate(heads):
+        share = left // (workers - n)  # what worksteal first sends the n-th worker
+        left -= share
+        take = max(0, share - len(head))
+        ordered += head + rest[:take]
+        rest = rest[take:]
+    return ordered + rest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Quick-start JVMs for Spark (``QUICK_JVM``), unless the environment chose otherwise."""
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
 
 
 def _pg_or_skip() -> None:
