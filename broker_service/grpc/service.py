@@ -24,6 +24,7 @@ from broker_service.acl.model import Need, Perm
 from broker_service.acl.runtime import AclRuntime
 from broker_service.domain.brokers.service import PresenceService
 from broker_service.domain.clients.service import ClientService
+from broker_service.domain.consumers.model import Receiving
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import DomainError, Forbidden, InvalidRequest
 from broker_service.domain.messages.service import MessageService
@@ -563,9 +564,9 @@ class MessagingService:
             if request.HasField("long_polling_timeout"):
                 wait = convert.duration_seconds(request.long_polling_timeout)
             batch = min(max(request.batch_size, 1), RECEIVE_BATCH_MAX)
-            delivered = await self.served.consumers.receive(
-                group, caller.client_id or caller.address, topic, batch, invisible, wait
-            )
+            member = caller.client_id or caller.address
+            receiving = Receiving(group, member, topic, batch, invisible, wait)
+            delivered = await self.served.consumers.receive(receiving)
             metrics = self.served.metrics
             metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
             metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))

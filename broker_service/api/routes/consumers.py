@@ -48,6 +48,7 @@ from broker_service.domain.consumers.model import (
     DeadMessage,
     Delivered,
     MessageModel,
+    Receiving,
     Subscription,
     dlq_topic,
     retry_topic,
@@ -91,6 +92,19 @@ def _delivered_dict(d: Delivered) -> dict[str, object]:
     fields["receipt_handle"] = d.receipt_handle
     fields["invisible_until"] = rfc3339(d.invisible_until)
     return fields
+
+
+def _receiving(group: str, body: ReceiveIn) -> Receiving:
+    """The receive a body asks for (``.../receive``'s, or ``.../ack-and-receive``'s after its ack)."""
+    return Receiving(
+        group,
+        body.client_id,
+        body.topic,
+        body.max_messages,
+        body.invisible_seconds,
+        body.wait_seconds,
+        body.max_per_queue,
+    )
 
 
 def _count_delivered(metrics: BrokerMetrics, delivered: Sequence[Delivered]) -> None:
@@ -174,16 +188,7 @@ async def receive(
     """Messages for this member, each with a receipt handle, invisible to the rest of the group
     for ``invisible_seconds``.  With ``wait_seconds`` the answer comes as soon as one is
     deliverable (long poll), or empty when the wait is over."""
-    delivered = await consumers.receive(
-        group,
-        body.client_id,
-        body.topic,
-        body.max_messages,
-        body.invisible_seconds,
-        body.wait_seconds,
-        max_per_queue=body.max_per_queue,
-        nonce=nonce_of(request),
-    )
+    delivered = await consumers.receive(_receiving(group, body), nonce=nonce_of(request))
     _count_delivered(metrics, delivered)
     return convert.json_response({"messages": [_delivered_dict(d) for d in delivered]})
 
@@ -212,15 +217,7 @@ async def ack_and_receive(
     ``.../ack`` (durable once answered), then messages are received as by ``.../receive``; the
     ack and the first look for messages commit together, and an error applies neither."""
     result, delivered = await consumers.ack_and_receive(
-        group,
-        body.receipt_handles,
-        body.client_id,
-        body.topic,
-        body.max_messages,
-        body.invisible_seconds,
-        body.wait_seconds,
-        max_per_queue=body.max_per_queue,
-        nonce=nonce_of(request),
+        body.receipt_handles, _receiving(group, body), nonce=nonce_of(request)
     )
     _count_acked(metrics, result)
     _count_delivered(metrics, delivered)

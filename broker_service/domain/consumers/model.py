@@ -184,6 +184,24 @@ class NewDelivery:
 
 
 @dataclass(frozen=True, slots=True)
+class Receiving:
+    """One receive: who asks (the member ``client_id`` of ``group``) and for what -- up to
+    ``max_messages`` of ``topic`` (None: every subscription), each invisible to the rest of the
+    group for ``invisible_seconds``, waiting up to ``wait_seconds`` for one to come (long poll);
+    ``max_per_queue``: an orderly group's most consecutive messages of one queue (a batch
+    consumer's batch).  The signed request's nonce is not part of it: like every consumer use
+    case's, it is the service call's."""
+
+    group: str
+    client_id: str
+    topic: str | None
+    max_messages: int
+    invisible_seconds: float
+    wait_seconds: float
+    max_per_queue: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """A message as handed to a consumer: the stored message, shown under its original topic (a
     retry copy shows the topic it was first sent to, as RocketMQ's clients do)."""

@@ -21,6 +21,7 @@ from broker_service.domain.consumers.model import (
     Delivery,
     GroupView,
     NackResult,
+    Receiving,
 )
 from broker_service.domain.consumers.receive import Receiver, ReceiveResult
 from broker_service.domain.consumers.retry import Retries
@@ -98,46 +99,27 @@ class ConsumerService:
     # -- receive and acks -------------------------------------------------------------------------
 
     async def receive(
-        self,
-        group: str,
-        client_id: str,
-        topic: str | None,
-        max_messages: int,
-        invisible_seconds: float,
-        wait_seconds: float,
-        max_per_queue: int = 1,
-        *,
-        nonce: RequestNonce | None = None,
+        self, receiving: Receiving, *, nonce: RequestNonce | None = None
     ) -> list[Delivered]:
         """Messages for this member: at once if any is deliverable, else as soon as one is (up to
-        ``wait_seconds``), else none.  ``max_per_queue``: an orderly group's most consecutive
-        messages of one queue (a batch consumer's batch).  ``nonce``: the signed request's
+        ``receiving.wait_seconds``), else none.  ``nonce``: the signed request's
         (:mod:`broker_service.domain.ports.nonces`), taken by the first of its claims."""
-        ask = self._asking(group, client_id, topic, max_messages, invisible_seconds, max_per_queue)
+        ask = self._asking(receiving)
 
         async def claim() -> ReceiveResult:
             return await self.claims.run_lease(ask(), nonce=nonces.take(nonce))
 
-        return await self._long_poll(claim, max_messages, wait_seconds)
+        return await self._long_poll(claim, receiving.max_messages, receiving.wait_seconds)
 
     async def ack_and_receive(
-        self,
-        group: str,
-        handles: Sequence[str],
-        client_id: str,
-        topic: str | None,
-        max_messages: int,
-        invisible_seconds: float,
-        wait_seconds: float,
-        max_per_queue: int = 1,
-        *,
-        nonce: RequestNonce | None = None,
+        self, handles: Sequence[str], receiving: Receiving, *, nonce: RequestNonce | None = None
     ) -> tuple[AckResult, list[Delivered]]:
-        """:meth:`ack` then :meth:`receive`, for a member that acks what it handled as it asks for
-        more: the ack and the first look for messages are one durable unit (one commit: the ack
-        is durable once answered, and an error undoes both); the long poll, if it waits, goes on
-        as a receive's does."""
-        ask = self._asking(group, client_id, topic, max_messages, invisible_seconds, max_per_queue)
+        """:meth:`ack` (of ``handles``, in ``receiving.group``) then :meth:`receive`, for a member
+        that acks what it handled as it asks for more: the ack and the first look for messages
+        are one durable unit (one commit: the ack is durable once answered, and an error undoes
+        both); the long poll, if it waits, goes on as a receive's does."""
+        group, topic = receiving.group, receiving.topic
+        ask = self._asking(receiving)
         ack = self.leases.ack(group, handles)
         acked: AckResult | None = None
 
@@ -157,31 +139,29 @@ class ConsumerService:
             acked = first
             return result
 
-        delivered = await self._long_poll(claim, max_messages, wait_seconds)
+        delivered = await self._long_poll(claim, receiving.max_messages, receiving.wait_seconds)
         assert acked is not None
         return acked, delivered
 
-    def _asking(
-        self,
-        group: str,
-        client_id: str,
-        topic: str | None,
-        max_messages: int,
-        invisible_seconds: float,
-        max_per_queue: int,
-    ) -> Callable[[], Callable[[StoreTx], ReceiveResult]]:
+    def _asking(self, receiving: Receiving) -> Callable[[], Callable[[StoreTx], ReceiveResult]]:
         """The receive units of one request's long poll, one per look (each may touch the
         member's liveness)."""
-        if invisible_seconds <= 0:
+        if receiving.invisible_seconds <= 0:
             raise InvalidRequest(
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
             )
-        invisible_ms = int(invisible_seconds * 1000)
+        invisible_ms = int(receiving.invisible_seconds * 1000)
 
         def ask() -> Callable[[StoreTx], ReceiveResult]:
-            touch = self._touch(group, client_id)
+            touch = self._touch(receiving.group, receiving.client_id)
             return self.receiver.receive(
-                group, client_id, topic, max_messages, invisible_ms, touch, max_per_queue
+                receiving.group,
+                receiving.client_id,
+                receiving.topic,
+                receiving.max_messages,
+                invisible_ms,
+                touch,
+                receiving.max_per_queue,
             )
 
         return ask

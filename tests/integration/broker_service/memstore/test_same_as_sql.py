@@ -13,7 +13,12 @@ import pytest
 
 from broker_service.domain import ids
 from broker_service.domain.config import CheckPolicy, ConsumerConfig, DomainConfig, RetentionPolicy
-from broker_service.domain.consumers.model import ConsumeFrom, ConsumerGroup, MessageModel
+from broker_service.domain.consumers.model import (
+    ConsumeFrom,
+    ConsumerGroup,
+    MessageModel,
+    Receiving,
+)
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.consumers.wakeup import Arrivals
 from broker_service.domain.errors import Conflict
@@ -123,14 +128,14 @@ async def _work(store: Store) -> list[object]:
     clock.now += 10_000
     answers.append(await transactions.claim_round(10))
 
-    got = await consumers.receive("shop", "c1", None, 5, 30, 0)
+    got = await consumers.receive(Receiving("shop", "c1", None, 5, 30, 0))
     answers.append(got)
     answers.append(await consumers.ack("shop", [d.receipt_handle for d in got[:2]]))
     answers.append(await consumers.nack("shop", got[2].receipt_handle, None))
-    answers.append(await consumers.receive("fan", "f1", None, 20, 30, 0))
+    answers.append(await consumers.receive(Receiving("fan", "f1", None, 20, 30, 0)))
     clock.now += 60_000  # leases run out, the delayed messages come due
     answers.append(await messages.release_due(100))
-    answers.append(await consumers.receive("shop", "c2", None, 20, 30, 0))
+    answers.append(await consumers.receive(Receiving("shop", "c2", None, 20, 30, 0)))
     answers.append(await consumers.view("shop"))
     answers.append(await consumers.backlog())
     answers.append(await store.read(_snapshot))
@@ -165,14 +170,14 @@ async def _more_work(store: Store) -> list[object]:
     for i in range(6):
         clock.now += 1_000
         await messages.send("orders", [MessageDraft(f"o{i}".encode(), sharding_key=f"s{i % 2}")])
-    got = await consumers.receive("shop", "c1", None, 10, 30, 0, max_per_queue=2)
+    got = await consumers.receive(Receiving("shop", "c1", None, 10, 30, 0, max_per_queue=2))
     answers.append(got)
     answers.append(await consumers.nack("shop", got[0].receipt_handle, None))
     answers.append(await consumers.change_invisible("shop", got[1].receipt_handle, 90))
     answers.append(await consumers.ack("shop", [d.receipt_handle for d in got[2:]]))
     for _ in range(3):
         clock.now += 40_000
-        again = await consumers.receive("shop", "c1", None, 10, 30, 0, max_per_queue=2)
+        again = await consumers.receive(Receiving("shop", "c1", None, 10, 30, 0, max_per_queue=2))
         answers.append(again)
         for d in again[:1]:
             answers.append(await consumers.nack("shop", d.receipt_handle, None))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_service.domain.consumers.model import ConsumerGroup, Delivered
+from broker_service.domain.consumers.model import ConsumerGroup, Delivered, Receiving
 from broker_service.domain.errors import NotFound
 from broker_service.domain.messages.model import MessageDraft
 from tests.unit.broker_service.domain.conftest import Domain
@@ -22,7 +22,7 @@ async def _setup(domain: Domain, group: ConsumerGroup, count: int, *, order: boo
 
 
 async def _receive(domain: Domain, most: int = 10) -> list[Delivered]:
-    return await domain.consumers.receive("shop", "member-1", None, most, 30, 0)
+    return await domain.consumers.receive(Receiving("shop", "member-1", None, most, 30, 0))
 
 
 def _bodies(delivered: list[Delivered]) -> list[bytes]:
@@ -34,7 +34,7 @@ async def test_the_acks_are_applied_and_the_next_messages_handed_out(domain: Dom
     first = await _receive(domain, 2)
     handles = [d.receipt_handle for d in first]
     acked, delivered = await domain.consumers.ack_and_receive(
-        "shop", [*handles, "no-such-handle"], "member-1", None, 10, 30, 0
+        [*handles, "no-such-handle"], Receiving("shop", "member-1", None, 10, 30, 0)
     )
     assert (acked.acked, acked.stale) == (2, ["no-such-handle"])
     assert _bodies(delivered) == [b"order-2", b"order-3"]
@@ -52,7 +52,7 @@ async def test_an_orderly_queue_freed_by_the_ack_hands_out_its_next_message_at_o
     (head,) = await _receive(domain)
     assert await _receive(domain) == [], "the queue is held while its head is open"
     acked, delivered = await domain.consumers.ack_and_receive(
-        "shop", [head.receipt_handle], "member-1", None, 10, 30, 0
+        [head.receipt_handle], Receiving("shop", "member-1", None, 10, 30, 0)
     )
     assert acked.acked == 1
     assert _bodies(delivered) == [b"order-1"], "the next of the queue, in the same answer"
@@ -63,7 +63,7 @@ async def test_a_refused_receive_applies_no_ack(domain: Domain) -> None:
     (delivered,) = await _receive(domain)
     with pytest.raises(NotFound) as refused:
         await domain.consumers.ack_and_receive(
-            "shop", [delivered.receipt_handle], "member-1", "not-subscribed", 10, 30, 0
+            [delivered.receipt_handle], Receiving("shop", "member-1", "not-subscribed", 10, 30, 0)
         )
     assert refused.value.code == "SUBSCRIPTION_NOT_FOUND"
     later = await domain.consumers.ack("shop", [delivered.receipt_handle])
@@ -76,7 +76,7 @@ async def test_with_nothing_to_receive_the_acks_stand_and_the_answer_is_empty(
     await _setup(domain, ConsumerGroup("shop"), 1)
     (delivered,) = await _receive(domain)
     acked, more = await domain.consumers.ack_and_receive(
-        "shop", [delivered.receipt_handle], "member-1", None, 10, 30, 0.05
+        [delivered.receipt_handle], Receiving("shop", "member-1", None, 10, 30, 0.05)
     )
     assert (acked.acked, more) == (1, [])
     domain.clock.advance(60_000)

@@ -16,6 +16,7 @@ from broker_service.domain.consumers.model import (
     ConsumeFrom,
     ConsumerGroup,
     MessageModel,
+    Receiving,
     retry_topic,
 )
 from broker_service.domain.messages.model import MessageDraft
@@ -75,16 +76,16 @@ async def test_the_view_and_the_backlog_count_a_missing_offset_alike(domain: Dom
 
     # A member of fan-early takes everything and acks: it is caught up, a second member that
     # joins later starts at the first message kept, and counts once it has an offset.
-    got = await domain.consumers.receive("fan-early", "m1", None, 10, 30, 0)
+    got = await domain.consumers.receive(Receiving("fan-early", "m1", None, 10, 30, 0))
     assert len(got) == 6
     await domain.consumers.ack("fan-early", [d.receipt_handle for d in got])
     assert await _agree(domain, "fan-early") == (0, 0)
-    (one,) = await domain.consumers.receive("fan-early", "m2", None, 1, 30, 0)
+    (one,) = await domain.consumers.receive(Receiving("fan-early", "m2", None, 1, 30, 0))
     await domain.consumers.ack("fan-early", [one.receipt_handle])
     assert await _agree(domain, "fan-early") == (5, 0), "the least advanced live member"
     domain.clock.advance(EXPIRY_MS + 1)  # both gone quiet: every recorded member counts
     assert await _agree(domain, "fan-early") == (5, 0)
-    got = await domain.consumers.receive("fan-early", "m1", None, 10, 30, 0)
+    got = await domain.consumers.receive(Receiving("fan-early", "m1", None, 10, 30, 0))
     assert got == []  # m1 is live again, m2 is not: m1 counts
     assert await _agree(domain, "fan-early") == (0, 0)
 
@@ -127,7 +128,9 @@ async def test_the_backlog_reads_where_groups_start_only_where_they_have_no_offs
     await domain.messages.create_topic("orders", 2, False)
     await _send(domain, 4)
     await _group(domain, ConsumerGroup("settled"))
-    await domain.consumers.receive("settled", "c1", None, 10, 30, 0)  # offsets everywhere now
+    await domain.consumers.receive(
+        Receiving("settled", "c1", None, 10, 30, 0)
+    )  # offsets everywhere now
     found, calls = await _counted_backlog(domain)
     assert dict(calls) == {"all_groups_progress": 1, "dead_letter_counts": 1}
     assert found.retrying == {"settled": 0}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from broker_service.domain import names
-from broker_service.domain.consumers.model import ConsumerGroup, Delivered, retry_topic
+from broker_service.domain.consumers.model import ConsumerGroup, Delivered, Receiving, retry_topic
 from broker_service.domain.errors import Conflict
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.ports import MessageQuery
@@ -24,7 +24,7 @@ async def _one_message(domain: Domain, group: ConsumerGroup) -> None:
 
 
 async def _receive(domain: Domain, group: str = "shop") -> list[Delivered]:
-    return await domain.consumers.receive(group, "member-1", None, 10, 30, 0)
+    return await domain.consumers.receive(Receiving(group, "member-1", None, 10, 30, 0))
 
 
 async def _release(domain: Domain, after_ms: int) -> None:

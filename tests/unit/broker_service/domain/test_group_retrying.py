@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_service.domain.consumers.model import ConsumerGroup, GroupView, retry_topic
+from broker_service.domain.consumers.model import ConsumerGroup, GroupView, Receiving, retry_topic
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.ports import Store
 from tests.unit.broker_service.domain.conftest import Domain
@@ -38,7 +38,7 @@ def _rows_total(view: GroupView) -> int:
 
 async def test_expired_leases_are_retrying_in_their_rows_and_in_the_total(domain: Domain) -> None:
     await _three_queues(domain, ConsumerGroup("late"))
-    got = await domain.consumers.receive("late", "c1", None, 10, 1, 0)
+    got = await domain.consumers.receive(Receiving("late", "c1", None, 10, 1, 0))
     assert len(got) == 3
     domain.clock.advance(5_000)  # every lease has run out: each waits to be handed out again
 
@@ -47,7 +47,7 @@ async def test_expired_leases_are_retrying_in_their_rows_and_in_the_total(domain
     assert view.retrying == 3 == _rows_total(view)
 
     # Handed out again and nacked: now three retry copies wait for their delay, still 3.
-    got = await domain.consumers.receive("late", "c1", None, 10, 30, 0)
+    got = await domain.consumers.receive(Receiving("late", "c1", None, 10, 30, 0))
     assert len(got) == 3
     for d in got:
         assert (await domain.consumers.nack("late", d.receipt_handle, None)).outcome == "RETRY"
@@ -60,7 +60,7 @@ async def test_orderly_retries_are_retrying_in_their_rows_and_in_the_total(
     domain: Domain,
 ) -> None:
     await _three_queues(domain, ConsumerGroup("ordered", orderly=True))
-    got = await domain.consumers.receive("ordered", "c1", None, 10, 30, 0)
+    got = await domain.consumers.receive(Receiving("ordered", "c1", None, 10, 30, 0))
     assert len(got) == 3
     for d in got[:2]:  # two stay at the head of their queues (RETRYING)
         nacked = await domain.consumers.nack("ordered", d.receipt_handle, None)
