@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from reconcile_helpers import unavailable
 
+from tests.conftest import QUICK_JVM
+
 PG_URL = os.environ.get("HALFMQ_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
@@ -23,7 +25,7 @@ def spark() -> Iterator[Any]:
         unavailable('pyspark is not installed: pip install -e ".[spark]"')
     from spark_reconcile.jdbc import DRIVERS, find_jars
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("halfmq-reconcile-tests")
         # One JVM runs every reconciliation test of a worker, and the job runs its report's small
@@ -36,8 +38,14 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    # This JVM lives the whole run and runs every in-process job of the worker: it keeps the JVM's
+    # own compilers, not the quick-start options (tests/conftest.py's QUICK_JVM) given to the
+    # short-lived ones -- with C1 alone the in-process jobs were no faster.
+    with pytest.MonkeyPatch.context() as env:
+        if os.environ.get("SPARK_SUBMIT_OPTS") == QUICK_JVM:
+            env.delenv("SPARK_SUBMIT_OPTS")
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
