@@ -1,5 +1,6 @@
-"""``MemoryStore``: the domain's :class:`Store`, :class:`UnitRunner` and :class:`StoreProbe` on
-Python data structures, in this process.
+"""``MemoryStore``: the domain's :class:`Store` and :class:`StoreProbe` on Python data
+structures, in this process (its units run one at a time: consumer units too go through
+:meth:`~MemoryStore.write`, as :class:`~broker_service.domain.ports.store.WriteRunner` runs them).
 
 Units of work run one at a time under an asyncio lock, each on a :class:`MemoryTx` that notes
 how to undo its changes: a write unit that raises leaves nothing behind (the port's terms, "the
@@ -21,7 +22,6 @@ from broker_service.domain.ports import (
     Store,
     StoreProbe,
     StoreTx,
-    UnitRunner,
 )
 from broker_service.domain.ports.nonces import NonceKey, replayed_error
 from broker_service.domain.ports.retention import StoreUpkeep
@@ -80,12 +80,6 @@ class MemoryStore:
             finally:
                 tx.rollback()
 
-    async def run(self, unit: Callable[[StoreTx], T], *, nonce: NonceKey | None = None) -> T:
-        """A consumer unit: one more write (units never run side by side here)."""
-        return await self.write(unit, nonce=nonce)
-
-    run_lease = run
-
     def close(self) -> None:
         """Refuse every unit from now on (``NotReady``), as a closed SQL store does."""
         self.closed = True
@@ -109,6 +103,5 @@ class MemoryStore:
 
 # mypy holds the store to the ports it stands for.
 _store: type[Store] = MemoryStore
-_runner: type[UnitRunner] = MemoryStore
 _probe: type[StoreProbe] = MemoryStore
 _upkeep: type[StoreUpkeep] = MemoryStore

@@ -9,7 +9,7 @@ import pytest
 
 from broker_service.domain.errors import Conflict, NotReady, Unauthenticated
 from broker_service.domain.messages.model import PendingMessage, Topic
-from broker_service.domain.ports import Readiness, StoreTx
+from broker_service.domain.ports import Readiness, StoreTx, WriteRunner
 from broker_service.memstore import MemoryStore
 
 
@@ -63,7 +63,7 @@ async def test_a_nonce_is_taken_once() -> None:
     assert refused.value.code == "NONCE_REPLAYED"
     assert ran == [], "a replayed request's unit does not run"
     with pytest.raises(Unauthenticated):
-        await store.run(lambda tx: None, nonce=nonce)
+        await WriteRunner(store).run(lambda tx: None, nonce=nonce)
 
     def refused(tx: StoreTx) -> None:
         raise Conflict("refused", code="TEST")
