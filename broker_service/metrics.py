@@ -255,6 +255,18 @@ class BrokerMetrics:
         if observe:
             self.registry.register(self.readings)
 
+    def count_receive(self, delivered: int) -> None:
+        """A receive's counts, whatever the protocol: whether it found messages (or waited in
+        vain), and how many."""
+        self.receive_wait.labels(result="messages" if delivered else "empty").inc()
+        self.consumer_messages.labels(outcome="delivered").inc(delivered)
+
+    def count_ack(self, acked: int, stale: int) -> None:
+        """An ack's counts, whatever the protocol: the messages acked, and the stale handles
+        that acked nothing."""
+        self.consumer_messages.labels(outcome="acked").inc(acked)
+        self.consumer_messages.labels(outcome="stale_ack").inc(stale)
+
     def observe_commit(self, seconds: float, units: int) -> None:
         """The store writer's hook, called from its thread after each commit."""
         self.store_commit_seconds.observe(seconds)

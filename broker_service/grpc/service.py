@@ -567,9 +567,7 @@ class MessagingService:
             member = caller.client_id or caller.address
             receiving = Receiving(group, member, topic, batch, invisible, wait)
             delivered = await self.served.consumers.receive(receiving)
-            metrics = self.served.metrics
-            metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
-            metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
+            self.served.metrics.count_receive(len(delivered))
             host = self._store_host()
             if delivered:  # when they left the broker: a push consumer times its work from it
                 now = convert.to_timestamp(self.served.transactions.clock())
@@ -597,9 +595,7 @@ class MessagingService:
             self._caller(context, [Need.group(group, Perm.SUB), Need.topic(topic, Perm.SUB)])
             handles = [entry.receipt_handle for entry in request.entries]
             result = await self.served.consumers.ack(group, handles)
-            metrics = self.served.metrics
-            metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
-            metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
+            self.served.metrics.count_ack(result.acked, len(result.stale))
             stale = set(result.stale)
             gone = status(
                 Code.INVALID_RECEIPT_HANDLE,

@@ -21,7 +21,6 @@ from broker_service.store.sqltx import SqlTx
 T = TypeVar("T")
 
 _RETRIES = 3
-_NOT_READY = "the broker is not ready: the store's schema is not current"
 # How long settling a committed offset waits for the unit that holds its row: a receive's or an
 # ack's holds it for milliseconds; longer means something is wrong, and the offset is left.
 _SETTLE_WAIT_MS = 2000
@@ -54,14 +53,16 @@ class ConcurrentUnits:
         self.inflight = inflight
 
     async def run(self, unit: Callable[[Any], T], *, nonce: NonceKey | None = None) -> T:
-        if not self.ready():
-            raise NotReady(_NOT_READY)
-        return await anyio.to_thread.run_sync(self._run, unit, self.durable, nonce)
+        return await self._run_on(self.durable, unit, nonce)
 
     async def run_lease(self, unit: Callable[[Any], T], *, nonce: NonceKey | None = None) -> T:
+        return await self._run_on(self.leases, unit, nonce)
+
+    async def _run_on(self, engine: Engine, unit: Callable[[Any], T], nonce: NonceKey | None) -> T:
+        """``unit`` in a thread, on ``engine`` (durable, or the leases' less durable one)."""
         if not self.ready():
-            raise NotReady(_NOT_READY)
-        return await anyio.to_thread.run_sync(self._run, unit, self.leases, nonce)
+            raise NotReady("the broker is not ready: the store's schema is not current")
+        return await anyio.to_thread.run_sync(self._run, unit, engine, nonce)
 
     def _run(self, unit: Callable[[Any], T], engine: Engine, nonce: NonceKey | None) -> T:
         error: Exception | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -40,9 +39,6 @@ from broker_service.api.schemas.consumers import (
     TraceOut,
 )
 from broker_service.domain.consumers.model import (
-    AckResult as AckedHandles,
-)
-from broker_service.domain.consumers.model import (
     ConsumeFrom,
     ConsumerGroup,
     DeadMessage,
@@ -53,7 +49,6 @@ from broker_service.domain.consumers.model import (
     dlq_topic,
     retry_topic,
 )
-from broker_service.metrics import BrokerMetrics
 from halfmq_wire.records import AckResult
 
 router = APIRouter(
@@ -105,18 +100,6 @@ def _receiving(group: str, body: ReceiveIn) -> Receiving:
         body.wait_seconds,
         body.max_per_queue,
     )
-
-
-def _count_delivered(metrics: BrokerMetrics, delivered: Sequence[Delivered]) -> None:
-    """A receive's counts: whether it found messages (or waited in vain), and how many."""
-    metrics.receive_wait.labels(result="messages" if delivered else "empty").inc()
-    metrics.consumer_messages.labels(outcome="delivered").inc(len(delivered))
-
-
-def _count_acked(metrics: BrokerMetrics, result: AckedHandles) -> None:
-    """An ack's counts: the messages acked and the stale handles that acked nothing."""
-    metrics.consumer_messages.labels(outcome="acked").inc(result.acked)
-    metrics.consumer_messages.labels(outcome="stale_ack").inc(len(result.stale))
 
 
 def _dead_out(dead: DeadMessage) -> DeadOut:
@@ -189,7 +172,7 @@ async def receive(
     for ``invisible_seconds``.  With ``wait_seconds`` the answer comes as soon as one is
     deliverable (long poll), or empty when the wait is over."""
     delivered = await consumers.receive(_receiving(group, body), nonce=nonce_of(request))
-    _count_delivered(metrics, delivered)
+    metrics.count_receive(len(delivered))
     return convert.json_response({"messages": [_delivered_dict(d) for d in delivered]})
 
 
@@ -200,7 +183,7 @@ async def ack(
 ) -> Response:
     """Consumed.  A stale handle (its invisibility ran out) acks nothing; the message comes again."""
     result = await consumers.ack(group, body.receipt_handles, nonce=nonce_of(request))
-    _count_acked(metrics, result)
+    metrics.count_ack(result.acked, len(result.stale))
     return convert.json_response(AckResult(result.acked, tuple(result.stale)).to_json())
 
 
@@ -219,8 +202,8 @@ async def ack_and_receive(
     result, delivered = await consumers.ack_and_receive(
         body.receipt_handles, _receiving(group, body), nonce=nonce_of(request)
     )
-    _count_acked(metrics, result)
-    _count_delivered(metrics, delivered)
+    metrics.count_ack(result.acked, len(result.stale))
+    metrics.count_receive(len(delivered))
     return convert.json_response(
         {
             "acked": result.acked,
