@@ -8,7 +8,7 @@ database), dropped afterwards.  When PostgreSQL is unreachable the test is skipp
 ``CI=true``, where it fails.
 
 Under pytest-xdist the longest tests (``LONGEST``) are handed out first, a share to each worker
-(``_longest_first``), and every JVM Spark starts for a test gets quick-start options
+(``_longest_first``), and every short-lived JVM Spark starts for a test gets quick-start options
 (``QUICK_JVM``).
 """
 
@@ -50,10 +50,11 @@ LONGEST = (
     "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_sqlite_store_and_banks",
     "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_postgres_store_and_banks",
 )
-# Every JVM Spark starts for a test -- this process's local session, a ``halfmq reconcile`` that a
-# test or the demo runs -- lives minutes at most, on a few hundred rows: the C1 compiler alone and
-# the serial collector leave the cores to the tests, where the C2 compiler's threads took them
-# (``spark-submit`` adds SPARK_SUBMIT_OPTS to the driver's command line).
+# A short-lived JVM Spark starts for a test -- a ``halfmq reconcile`` that a test or the demo runs
+# -- lives a minute or two, on a few hundred rows: the C1 compiler alone and the serial collector
+# leave the cores to the tests, where the C2 compiler's threads took them (``spark-submit`` adds
+# SPARK_SUBMIT_OPTS to the driver's command line).  A worker's one long-lived local session keeps
+# the JVM's defaults (tests/acceptance/spark_reconcile/conftest.py).
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
