@@ -25,14 +25,14 @@ from broker_service.store import rows
 from broker_service.store.bulk import BulkInsert
 from broker_service.store.fastpath import Prepared
 from broker_service.store.part import SqlPart
-from broker_service.store.schema import deliveries, messages, trace_events
+from broker_service.store.schema import OPEN_DELIVERY, deliveries, messages, trace_events
 
 d = deliveries.c
 m = messages.c
 
-# Literal, as in the partial indexes' predicate: only then do the planners use those indexes.
-OPEN = text("deliveries.state IN ('INFLIGHT', 'RETRYING')")
-assert OPEN_STATES == ("INFLIGHT", "RETRYING")
+# The partial indexes' own predicate, literal: only then do the planners use those indexes.
+OPEN = text(f"deliveries.{OPEN_DELIVERY}")
+assert OPEN_STATES == ("INFLIGHT", "RETRYING")  # the states that literal names
 _TEXTS = postgresql.ARRAY(String)  # PostgreSQL's array where SQLite takes an expanding IN
 
 
