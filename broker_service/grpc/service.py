@@ -28,6 +28,7 @@ from broker_service.domain.consumers.model import Receiving
 from broker_service.domain.consumers.service import ConsumerService
 from broker_service.domain.errors import DomainError, Forbidden, InvalidRequest
 from broker_service.domain.messages.service import MessageService
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import Decision, ResolvedBy, TransactionRecord
 from broker_service.domain.transactions.pulls import PullHub
 from broker_service.domain.transactions.service import TransactionService
@@ -503,7 +504,7 @@ class MessagingService:
             if decision is None:  # UNKNOWN: the half stays, the next round checks it again
                 return rpc.EndTransactionResponse(status=ok())
             by = ResolvedBy.CHECK if from_check else ResolvedBy.PRODUCER
-            resolution = await self.served.transactions.resolve(
+            resolving = Resolving(
                 request.transaction_id,
                 decision,
                 group,
@@ -513,6 +514,7 @@ class MessagingService:
                 pull_answer=from_check,
                 via=VIA,
             )
+            resolution = await self.served.transactions.resolve(resolving)
             metrics = self.served.metrics
             metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
             if resolution.check_latency_ms is not None:

@@ -35,6 +35,7 @@ from broker_service.domain.transactions.checkback import (
     check_payload,
     claim_gone,
 )
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import (
     CheckFailure,
     CheckOutcome,
@@ -279,9 +280,10 @@ class CheckBackScheduler(SchedulerLoop):
         if decision is None:
             return
         try:
-            await self.service.resolve(
+            resolving = Resolving(
                 request.transaction_id, decision, request.producer_group, ResolvedBy.CHECK
             )
+            await self.service.resolve(resolving)
         except DomainError as error:
             # The producer (or an operator) decided first: the first decision stands.
             log.info("check answer for %s not applied: %s", request.transaction_id, error.message)

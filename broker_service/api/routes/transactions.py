@@ -22,6 +22,7 @@ from broker_service.api.schemas.transactions import (
     TransactionOut,
     TransactionStateName,
 )
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import Decision, ResolvedBy, TransactionState
 from halfmq_wire.records import HalfReceipt
 
@@ -74,7 +75,7 @@ async def resolve(
     if body.producer_group is None and not body.from_check:
         by = ResolvedBy.OPERATOR
     service = transactions_of(request)
-    resolution = await service.resolve(
+    resolving = Resolving(
         transaction_id,
         decision,
         body.producer_group,
@@ -83,8 +84,8 @@ async def resolve(
         actor=getattr(request.state, "access_key", None),  # an operator's, with the ACL on
         client_id=body.client_id,
         pull_answer=body.from_check,
-        nonce=nonce_of(request),
     )
+    resolution = await service.resolve(resolving, nonce=nonce_of(request))
     metrics = metrics_of(request)
     metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
     if resolution.check_latency_ms is not None:

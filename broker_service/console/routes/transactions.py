@@ -31,6 +31,7 @@ from broker_service.domain.errors import DomainError
 from broker_service.domain.messages.model import StoredMessage
 from broker_service.domain.ports import Store, StoreTx
 from broker_service.domain.transactions.check_audit import _why as why_next_round
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import (
     CHECKED,
     CheckAudit,
@@ -208,9 +209,10 @@ async def _resolve(request: Request, transaction_id: str, decision: Decision) ->
     auditor = console_of(request).auditor
     subject = subject_of(transaction_id)
     try:
-        resolution = await _service(request).resolve(
+        resolving = Resolving(
             transaction_id, decision, None, ResolvedBy.OPERATOR, actor=actor_of(request)
         )
+        resolution = await _service(request).resolve(resolving)
     except DomainError as error:
         detail = {"code": error.code, "message": error.message}
         await auditor.record(who(request), action, subject, AuditResult.FAILED, detail)

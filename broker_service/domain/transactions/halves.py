@@ -16,6 +16,7 @@ instance's answer to a check (``CHECKED``, with the time since it took the check
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import orjson
@@ -86,6 +87,30 @@ class Resolution(NamedTuple):
         if message is None or message.topic == names.SCHEDULE_TOPIC:
             return None
         return message.queue_offset
+
+
+@dataclass(frozen=True, slots=True)
+class Resolving:
+    """One commit or rollback, as asked: ``decision`` on ``transaction_id``, decided ``by``;
+    ``producer_group``: the group the asker says it belongs to (None: any, as for an operator);
+    ``may_end``: the caller's own condition on the transaction (the ACL's need on its topic),
+    checked once it is read, before the group is compared; it raises a ``DomainError`` to
+    refuse.  ``actor``: an operator's access key (ACL on); ``client_id``: the producer
+    instance that asks, when it says (kept by the resolving update as the transaction's
+    ``resolved_client``, no statement more); ``pull_answer``: a pull instance's answer to its
+    check (``from_check`` over REST), traced as its ``CHECKED`` event; ``via``: the protocol
+    that answer came by, when not REST (``grpc``), in that event's detail.  The signed
+    request's nonce is not part of it: like every use case's, it is the service call's."""
+
+    transaction_id: str
+    decision: Decision
+    producer_group: str | None
+    by: ResolvedBy
+    may_end: Callable[[TransactionRecord], None] | None = None
+    actor: str | None = None
+    client_id: str | None = None
+    pull_answer: bool = False
+    via: str | None = None
 
 
 class Transactions:
@@ -186,38 +211,22 @@ class Transactions:
         return Half(unit, topic_name, draft.msg_id, nonce=nonces.take(nonce))
 
     def resolve(
-        self,
-        transaction_id: str,
-        decision: Decision,
-        producer_group: str | None,
-        by: ResolvedBy,
-        may_end: Callable[[TransactionRecord], None] | None = None,
-        *,
-        actor: str | None = None,
-        client: str | None = None,
-        pull_answer: bool = False,
-        trace: bool = True,
-        via: str | None = None,
-        nonce: RequestNonce | None = None,
+        self, resolving: Resolving, *, trace: bool = True, nonce: RequestNonce | None = None
     ) -> Resolve[Resolution]:
-        """``may_end``: the caller's own condition on the transaction (the ACL's need on its
-        topic), checked once it is read; it raises a ``DomainError`` to refuse.  The command
-        names the transaction it looks up, so that a store may read those of many commits at
-        once; ``nonce``: the signed request's, taken
-        (:func:`~broker_service.domain.ports.nonces.take`) once its checks have passed.
-        ``actor``: an operator's access key (ACL on); ``client``: the producer instance that
-        asks (its ``client_id``), kept by the resolving update itself (no statement more);
-        ``pull_answer``: a pull instance answering its check, traced as ``CHECKED`` when
-        ``trace``; ``via``: the protocol that answer came by, when not REST (``grpc``), in
-        that ``CHECKED`` event's detail."""
+        """The command names the transaction it looks up, so that a store may read those of many
+        commits at once.  ``trace``: whether a pull instance's answer is traced as ``CHECKED``;
+        ``nonce``: the signed request's, taken (:func:`~broker_service.domain.ports.nonces.take`)
+        once its checks have passed."""
+        transaction_id, decision, by = resolving.transaction_id, resolving.decision, resolving.by
+        producer_group, client_id = resolving.producer_group, resolving.client_id
 
         def unit(tx: StoreTx) -> Resolution:
             found = tx.transaction_with_half(transaction_id)
             if found is None:
                 raise unknown_transaction(tx, transaction_id)
             record, half = found
-            if may_end is not None:  # before the group is compared: a refusal names nothing
-                may_end(record)
+            if resolving.may_end is not None:  # before the group is compared: refusals name nothing
+                resolving.may_end(record)
             if producer_group is not None and producer_group != record.producer_group:
                 raise Conflict(
                     f"transaction {transaction_id} belongs to producer group "
@@ -242,7 +251,7 @@ class Transactions:
                     transaction_id=transaction_id,
                 )
             now = self.clock()
-            end = TransactionEnd(transaction_id, decision.final_state, now, by, client)
+            end = TransactionEnd(transaction_id, decision.final_state, now, by, client_id)
             outcome = tx.resolve_transaction(end)
             if outcome is ResolveOutcome.NOT_OPEN:
                 # Another broker (or request) won the race since we read: answer as a repeat.
@@ -253,9 +262,9 @@ class Transactions:
                 tx.append(real)
             latency = None
             if by is ResolvedBy.OPERATOR:
-                _trace_operator(tx, record, decision, actor, now)
-            elif pull_answer:
-                latency = _trace_pull_answer(tx, record, decision, now, trace, via)
+                _trace_operator(tx, record, decision, resolving.actor, now)
+            elif resolving.pull_answer:
+                latency = _trace_pull_answer(tx, record, decision, now, trace, resolving.via)
             return Resolution(
                 transaction_id,
                 decision.final_state,
@@ -266,7 +275,7 @@ class Transactions:
                 latency,
             )
 
-        return Resolve(unit, transaction_id, decision, by, client, nonce=nonces.take(nonce))
+        return Resolve(unit, transaction_id, decision, by, client_id, nonce=nonces.take(nonce))
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -23,15 +23,14 @@ from broker_service.domain.transactions.checkback import (
 from broker_service.domain.transactions.halves import (
     HalfReceipt,
     Resolution,
+    Resolving,
     Transactions,
     unknown_transaction,
 )
 from broker_service.domain.transactions.model import (
     CheckAudit,
     CheckOutcome,
-    Decision,
     ProducerInstance,
-    ResolvedBy,
     TransactionRecord,
     TransactionState,
 )
@@ -77,39 +76,14 @@ class TransactionService:
         return await self.store.write(half)
 
     async def resolve(
-        self,
-        transaction_id: str,
-        decision: Decision,
-        producer_group: str | None,
-        by: ResolvedBy,
-        may_end: Callable[[TransactionRecord], None] | None = None,
-        *,
-        actor: str | None = None,
-        client_id: str | None = None,
-        pull_answer: bool = False,
-        via: str | None = None,
-        nonce: RequestNonce | None = None,
+        self, resolving: Resolving, *, nonce: RequestNonce | None = None
     ) -> Resolution:
-        """``actor``: the operator's access key (ACL on); ``client_id``: the producer instance
-        that asks, when it says (kept as the transaction's ``resolved_client``); ``pull_answer``:
-        a pull instance's answer to its check (``from_check`` over REST), traced as its
-        ``CHECKED`` event; ``via``: the protocol when not REST (``grpc``), in that event's
-        detail."""
+        """A pull instance's answer is traced as its ``CHECKED`` event when the check-back
+        policy traces."""
         trace = self.checkback.policy.trace
-        resolve = self.transactions.resolve(
-            transaction_id,
-            decision,
-            producer_group,
-            by,
-            may_end,
-            actor=actor,
-            client=client_id,
-            pull_answer=pull_answer,
-            trace=trace,
-            via=via,
-            nonce=nonce,
+        return await self.store.write(
+            self.transactions.resolve(resolving, trace=trace, nonce=nonce)
         )
-        return await self.store.write(resolve)
 
     async def get_transaction(self, transaction_id: str) -> TransactionRecord:
         def unit(tx: StoreTx) -> TransactionRecord:

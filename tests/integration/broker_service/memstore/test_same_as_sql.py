@@ -29,6 +29,7 @@ from broker_service.domain.ports import MessageQuery, Store, StoreTx, Transactio
 from broker_service.domain.retention.model import PurgeReport
 from broker_service.domain.retention.service import RetentionService
 from broker_service.domain.transactions.checkback import CheckBack
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import (
     CheckFailure,
     CheckOutcome,
@@ -123,7 +124,9 @@ async def _work(store: Store) -> list[object]:
     resolved = [Decision.COMMIT, Decision.ROLLBACK]
     for half, decision in zip(halves, resolved, strict=False):
         answers.append(
-            await transactions.resolve(half.transaction_id, decision, "bank", ResolvedBy.PRODUCER)
+            await transactions.resolve(
+                Resolving(half.transaction_id, decision, "bank", ResolvedBy.PRODUCER)
+            )
         )
     clock.now += 10_000
     answers.append(await transactions.claim_round(10))

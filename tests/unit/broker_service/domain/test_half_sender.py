@@ -8,6 +8,7 @@ import pytest
 from broker_service.domain.errors import InvalidRequest
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.ports import MessageQuery
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import PROP_SENT_BY, Decision, ResolvedBy
 from tests.support import BrokerApp
 from tests.unit.broker_service.domain.conftest import Domain
@@ -29,9 +30,8 @@ async def test_the_sender_is_kept_in_the_half_and_left_out_of_the_commit(domain:
         MessageQuery(topic="RMQ_SYS_TRANS_HALF_TOPIC", limit=10)
     )
     assert half.properties[PROP_SENT_BY] == "client-1"
-    await domain.transactions.resolve(
-        receipt.transaction_id, Decision.COMMIT, "bob", ResolvedBy.PRODUCER
-    )
+    resolving = Resolving(receipt.transaction_id, Decision.COMMIT, "bob", ResolvedBy.PRODUCER)
+    await domain.transactions.resolve(resolving)
     (real,) = await domain.messages.query_messages(MessageQuery(topic="transfers", limit=10))
     assert PROP_SENT_BY not in real.properties
     assert real.properties["origin"] == "bank"

@@ -17,6 +17,7 @@ from broker_service.domain.messages.sending import Sender
 from broker_service.domain.messages.service import MessageService
 from broker_service.domain.ports import Store
 from broker_service.domain.transactions.checkback import CheckBack
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import CheckDue, Decision, ResolvedBy
 from broker_service.domain.transactions.service import TransactionService
 from tests.unit.broker_service.domain.conftest import Clock, Domain
@@ -78,9 +79,8 @@ async def test_a_round_with_no_live_instance_and_a_pull_answer_are_both_checked(
 
     (_check,) = await domain.transactions.pull_checks("bob", "bob-pull", 10)
     domain.clock.advance(120)
-    resolution = await domain.transactions.resolve(
-        txid, Decision.COMMIT, "bob", ResolvedBy.CHECK, pull_answer=True
-    )
+    resolving = Resolving(txid, Decision.COMMIT, "bob", ResolvedBy.CHECK, pull_answer=True)
+    resolution = await domain.transactions.resolve(resolving)
     assert resolution.check_latency_ms == 120
 
     audit = await domain.transactions.checks(txid)
@@ -100,7 +100,7 @@ async def test_a_round_with_no_live_instance_and_a_pull_answer_are_both_checked(
 
 async def test_a_producer_commit_writes_no_trace_row_and_names_its_group(domain: Domain) -> None:
     txid, msg_id = await _half(domain)
-    await domain.transactions.resolve(txid, Decision.COMMIT, "bob", ResolvedBy.PRODUCER)
+    await domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "bob", ResolvedBy.PRODUCER))
     assert await domain.transactions.store.read(lambda tx: tx.trace_events_of(msg_id)) == []
     (committed,) = [e for e in await domain.consumers.trace(msg_id) if e.event == "COMMITTED"]
     assert committed.by == "producer"
@@ -124,8 +124,8 @@ async def test_an_operators_decision_and_resume_name_the_access_key(domain: Doma
     ]
     assert (await domain.transactions.checks(txid)).due is CheckDue.NO_LIVE_INSTANCE
 
-    await domain.transactions.resolve(txid, Decision.ROLLBACK, None, ResolvedBy.OPERATOR,
-                                      actor="ops-key")  # fmt: skip
+    resolving = Resolving(txid, Decision.ROLLBACK, None, ResolvedBy.OPERATOR, actor="ops-key")
+    await domain.transactions.resolve(resolving)
     trace = await domain.consumers.trace(msg_id)
     (action,) = [e for e in trace if e.event == "OPERATOR_ROLLBACK"]
     assert (action.by, action.detail["state"]) == ("ops-key", "DISCARDED")

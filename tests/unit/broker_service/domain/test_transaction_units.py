@@ -11,6 +11,7 @@ from broker_service.domain import names
 from broker_service.domain.errors import Conflict, Forbidden, NotFound
 from broker_service.domain.messages.model import MessageDraft
 from broker_service.domain.ports import MessageQuery
+from broker_service.domain.transactions.halves import Resolving
 from broker_service.domain.transactions.model import (
     Decision,
     ResolvedBy,
@@ -40,8 +41,8 @@ async def test_a_commit_puts_the_message_in_its_topic_once_and_a_repeat_answers_
 ) -> None:
     txid = await _half(domain)
     assert await _in_topic(domain, "transfers") == []  # a half is invisible
-    first = await domain.transactions.resolve(txid, Decision.COMMIT, "bob", PRODUCER)
-    again = await domain.transactions.resolve(txid, Decision.COMMIT, "bob", PRODUCER)
+    first = await domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "bob", PRODUCER))
+    again = await domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "bob", PRODUCER))
     assert first.state is TransactionState.COMMITTED
     assert (again.state, again.queue_id, again.queue_offset) == (
         first.state,
@@ -56,10 +57,10 @@ async def test_a_commit_puts_the_message_in_its_topic_once_and_a_repeat_answers_
 
 async def test_the_opposite_decision_after_a_rollback_is_a_conflict(domain: Domain) -> None:
     txid = await _half(domain)
-    rolled = await domain.transactions.resolve(txid, Decision.ROLLBACK, "bob", PRODUCER)
+    rolled = await domain.transactions.resolve(Resolving(txid, Decision.ROLLBACK, "bob", PRODUCER))
     assert rolled.state is TransactionState.ROLLED_BACK
     with pytest.raises(Conflict) as refused:
-        await domain.transactions.resolve(txid, Decision.COMMIT, "bob", PRODUCER)
+        await domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "bob", PRODUCER))
     assert refused.value.code == "TRANSACTION_ALREADY_RESOLVED"
     assert await _in_topic(domain, "transfers") == []
 
@@ -69,8 +70,8 @@ async def test_a_commit_and_a_rollback_at_once_resolve_the_transaction_once(
 ) -> None:
     txid = await _half(domain)
     answers = await asyncio.gather(
-        domain.transactions.resolve(txid, Decision.COMMIT, "bob", PRODUCER),
-        domain.transactions.resolve(txid, Decision.ROLLBACK, "bob", PRODUCER),
+        domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "bob", PRODUCER)),
+        domain.transactions.resolve(Resolving(txid, Decision.ROLLBACK, "bob", PRODUCER)),
         return_exceptions=True,
     )
     won = [a for a in answers if not isinstance(a, BaseException)]
@@ -87,17 +88,17 @@ async def test_a_commit_and_a_rollback_at_once_resolve_the_transaction_once(
 async def test_refusals_change_nothing(domain: Domain) -> None:
     txid = await _half(domain)
     with pytest.raises(NotFound) as unknown:
-        await domain.transactions.resolve("no-such-tx", Decision.COMMIT, "bob", PRODUCER)
+        await domain.transactions.resolve(Resolving("no-such-tx", Decision.COMMIT, "bob", PRODUCER))
     assert unknown.value.code == "TRANSACTION_NOT_FOUND"
     with pytest.raises(Conflict) as mismatch:
-        await domain.transactions.resolve(txid, Decision.COMMIT, "alice", PRODUCER)
+        await domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "alice", PRODUCER))
     assert mismatch.value.code == "PRODUCER_GROUP_MISMATCH"
 
     def refuse(record: TransactionRecord) -> None:
         raise Forbidden(f"not on {record.topic}", code="PERMISSION_DENIED")
 
     with pytest.raises(Forbidden):
-        await domain.transactions.resolve(txid, Decision.COMMIT, "bob", PRODUCER, refuse)
+        await domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "bob", PRODUCER, refuse))
     record = await domain.transactions.get_transaction(txid)
     assert record.state is TransactionState.PREPARED
     assert await _in_topic(domain, names.OP_HALF_TOPIC) == []
@@ -106,7 +107,7 @@ async def test_refusals_change_nothing(domain: Domain) -> None:
 async def test_a_delay_counts_from_the_commit(domain: Domain) -> None:
     txid = await _half(domain, delay_level=2)  # 5 s
     domain.clock.advance(60_000)
-    committed = await domain.transactions.resolve(txid, Decision.COMMIT, "bob", PRODUCER)
+    committed = await domain.transactions.resolve(Resolving(txid, Decision.COMMIT, "bob", PRODUCER))
     assert committed.queue_offset is None, "parked until its time"
     parked = await domain.messages.query_messages(MessageQuery(topic=names.SCHEDULE_TOPIC))
     assert [m.deliver_at for m in parked] == [domain.clock.now + 5_000]
