@@ -38,6 +38,7 @@ from broker_service.domain.consumers.model import (
     DeliveryState,
     NewDelivery,
     QueueProgress,
+    Receiving,
     Subscription,
     TagFilter,
     retry_topic,
@@ -118,18 +119,16 @@ class Receiver:
         return group, subscriptions
 
     def receive(
-        self,
-        group_name: str,
-        client_id: str,
-        topic_name: str | None,
-        max_messages: int,
-        invisible_ms: int,
-        touch: bool = True,
-        max_per_queue: int = 1,
+        self, receiving: Receiving, touch: bool = True
     ) -> Callable[[StoreTx], ReceiveResult]:
+        """One look for ``receiving``'s messages; ``touch``: whether it renews the member's
+        liveness (the service touches it at most once a while)."""
+        group_name, client_id, topic_name = receiving.group, receiving.client_id, receiving.topic
         names.check_name(group_name, "consumer group")
         if topic_name is not None:
             names.check_user_topic(topic_name)
+        invisible_ms = int(receiving.invisible_seconds * 1000)
+        max_messages = receiving.max_messages
 
         def unit(tx: StoreTx) -> ReceiveResult:
             group, subscriptions = self.subscriptions_of(tx, group_name, topic_name)
@@ -142,7 +141,7 @@ class Receiver:
                 member=client_id,
                 named_topic=topic_name,
                 budget=max_messages,
-                per_queue=max_per_queue if group.orderly else max_messages,
+                per_queue=receiving.max_per_queue if group.orderly else max_messages,
                 now=now,
                 invisible_until=now + invisible_ms,
             )

@@ -150,19 +150,10 @@ class ConsumerService:
             raise InvalidRequest(
                 "invisible_seconds must be more than 0", code="INVALID_INVISIBLE_TIME"
             )
-        invisible_ms = int(receiving.invisible_seconds * 1000)
 
         def ask() -> Callable[[StoreTx], ReceiveResult]:
             touch = self._touch(receiving.group, receiving.client_id)
-            return self.receiver.receive(
-                receiving.group,
-                receiving.client_id,
-                receiving.topic,
-                receiving.max_messages,
-                invisible_ms,
-                touch,
-                receiving.max_per_queue,
-            )
+            return self.receiver.receive(receiving, touch)
 
         return ask
 
