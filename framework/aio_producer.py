@@ -32,10 +32,12 @@ log = logging.getLogger("halfmq.producer")
 class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace):
     """``async with AsyncTransactionProducer("bob-bank", brokers=[...]) as producer: ...``"""
 
+    oneway_sender: TaskOneWay
+
     def _connect(self, transport: httpx.AsyncBaseTransport | None, verify: Verify) -> None:
         self.client = self._client(AsyncBrokerClient, transport, verify)
         self.reporter = TaskReporter(self.client_trace, self.client)
-        self.oneway_sender = TaskOneWay(self.client, self.oneway_flow, self.oneway)
+        self.oneway_sender = TaskOneWay(self.client)
         self._tasks: list[asyncio.Task[None]] = []
         self._checking: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
@@ -91,7 +93,7 @@ class AsyncTransactionProducer(ProducerBase[httpx.AsyncBaseTransport], AsyncFace
     async def send_oneway(self, message: Message) -> None:
         """As :meth:`TransactionProducer.send_oneway`: the send runs in a task of its own; this
         returns without waiting for it."""
-        self.oneway_sender.submit(self.oneway_message(message))
+        self.oneway_sender.submit(self.oneway_job(message))
 
     async def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         await self.client.call(protocol.create_topic(name, queues, order))

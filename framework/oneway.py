@@ -1,16 +1,24 @@
-"""One-way sends (RocketMQ's ``sendOneway``): the only send whose loss is accepted.
+"""One-way requests: sends (RocketMQ's ``sendOneway``), the only send whose loss is accepted, and
+a transaction's end sent one way (``end_oneway``, RocketMQ 4's ``endTransactionOneway``).
 
 ``producer.send_oneway(message)`` hands the message to the background and returns at once: it
 never waits for the broker, and never raises for the broker's refusal or a broker that does not
 answer.  What became of each is counted (:class:`OneWayCounts`, ``producer.oneway``) and, with
 the client-side trace on, recorded as a PUB record like every send.
 
-The send itself is the producer's plain send (:meth:`~framework.producer_base.ProducerBase.
-oneway_flow`: the same request, retries and failover, so concurrent one-way sends share requests
-as plain sends do), run by :class:`ThreadOneWay` on a few worker threads (sync face) or by
-:class:`TaskOneWay` in tasks (asyncio face).  At most :data:`PENDING_MAX` wait; beyond that a
-one-way send is dropped and counted, never blocking the caller.  ``shutdown()`` gives the waiting
-ones one request's time-outs, then drops the rest (counted).
+A producer made with ``end_oneway=True`` hands each commit or rollback to the same background
+once its local transaction has answered, and ``send_message_in_transaction`` returns without
+waiting for the broker.  Nothing is lost with it: the half is durable before the local
+transaction runs, and an end that does not arrive leaves the transaction to the check-back,
+which the group's members answer from their local transactions.  Those ends are counted in
+``producer.oneway_ends``.
+
+Each job is the producer's ordinary request in a flow (:meth:`~framework.producer_base.
+ProducerBase.oneway_flow` for a send: the same request, retries and failover, so concurrent
+one-way requests share requests as awaited ones do), run by :class:`ThreadOneWay` on a few worker
+threads (sync face) or by :class:`TaskOneWay` in tasks (asyncio face).  At most
+:data:`PENDING_MAX` wait; beyond that a job is dropped and counted, never blocking the caller.
+``shutdown()`` gives the waiting ones one request's time-outs, then drops the rest (counted).
 
 A local transaction may not send one way (:func:`refuse_in_local_transaction`): a transaction's
 messages must not be lost, and a one-way send gives no answer to roll back on.
@@ -39,8 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("halfmq.producer")
 
-PENDING_MAX = 10_000  # one-way sends waiting at most; beyond: dropped and counted
-WORKERS = 4  # threads sending them (sync face); concurrent sends share requests
+PENDING_MAX = 10_000  # one-way jobs waiting at most; beyond: dropped and counted
+WORKERS = 16  # threads running them (sync face); concurrent ones share requests
 
 _LOCAL_TRANSACTION: contextvars.ContextVar[Message | None] = contextvars.ContextVar(
     "halfmq_local_transaction", default=None
@@ -150,34 +158,40 @@ def _marked_async(
 # -- the background of each face -----------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One request the background runs for a caller that does not wait: ``flow`` counts its own
+    end in ``counts`` and never raises for the broker's answer; ``what`` names it in a log line."""
+
+    flow: Flow[None]
+    counts: OneWayCounts
+    what: str
+
+
 class ThreadOneWay:
-    """Runs one-way sends on :data:`WORKERS` daemon threads (started with the first one), so a
+    """Runs one-way jobs on :data:`WORKERS` daemon threads (started with the first one), so a
     process that exits without ``shutdown()`` is never held up by them."""
 
-    def __init__(
-        self,
-        client: BrokerClient,
-        flow: Callable[[Message], Flow[None]],
-        counts: OneWayCounts,
-        group: str,
-    ) -> None:
+    def __init__(self, client: BrokerClient, group: str) -> None:
         self.client = client
-        self.flow = flow
-        self.counts = counts
         self.group = group
-        self._waiting: queue.Queue[Message | None] = queue.Queue(PENDING_MAX)
+        self._waiting: queue.Queue[Job | None] = queue.Queue(PENDING_MAX)
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
 
-    def submit(self, message: Message) -> None:
-        self.counts.add("sent")
+    def handoff(self, job: Job) -> Invoke:
+        """The flow step that hands ``job`` over (called in the flow's own thread)."""
+        return Invoke(self.submit, (job,))
+
+    def submit(self, job: Job) -> None:
+        job.counts.add("sent")
         try:
             if self._closed:
                 raise queue.Full
-            self._waiting.put_nowait(message)
+            self._waiting.put_nowait(job)
         except queue.Full:
-            self.counts.add("dropped")
+            job.counts.add("dropped")
             return
         with self._lock:
             if not self._threads:
@@ -188,28 +202,29 @@ class ThreadOneWay:
                     self._threads.append(thread)
 
     def _work(self) -> None:
-        while (message := self._waiting.get()) is not None:
+        while (job := self._waiting.get()) is not None:
             try:
-                self.client.run(self.flow(message))
+                self.client.run(job.flow)
             except Exception as exc:  # the client closed under it (shutdown): never raised
-                log.debug("one-way send of %s failed: %r", message.msg_id, exc)
-                self.counts.ended(exc)
+                log.debug("one-way %s failed: %r", job.what, exc)
+                job.counts.ended(exc)
             finally:
                 self._waiting.task_done()
         self._waiting.task_done()
 
     def close(self, wait_seconds: float) -> None:
-        """Give the waiting sends ``wait_seconds``, then drop those not started (counted)."""
+        """Give the waiting jobs ``wait_seconds``, then drop those not started (counted)."""
         self._closed = True
         deadline = time.monotonic() + wait_seconds
         while self._waiting.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
         while True:
             try:
-                self._waiting.get_nowait()
+                job = self._waiting.get_nowait()
             except queue.Empty:
                 break
-            self.counts.add("dropped")
+            if job is not None:
+                job.counts.add("dropped")
             self._waiting.task_done()
         with self._lock:
             for _ in self._threads:
@@ -218,43 +233,45 @@ class ThreadOneWay:
 
 
 class TaskOneWay:
-    """Runs each one-way send in a task of its own on the producer's loop."""
+    """Runs each one-way job in a task of its own on the producer's loop."""
 
-    def __init__(
-        self,
-        client: AsyncBrokerClient,
-        flow: Callable[[Message], Flow[None]],
-        counts: OneWayCounts,
-    ) -> None:
+    def __init__(self, client: AsyncBrokerClient) -> None:
         self.client = client
-        self.flow = flow
-        self.counts = counts
         self._waiting: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    def submit(self, message: Message) -> None:
-        self.counts.add("sent")
+    def handoff(self, job: Job) -> Invoke:
+        """The flow step that hands ``job`` over, on the loop that drives the flow."""
+        return Invoke(self.submit, (job,), aio=self._submit_here)
+
+    async def _submit_here(self, job: Job) -> None:
+        self.submit(job)
+
+    def submit(self, job: Job) -> None:
+        job.counts.add("sent")
         if self._closed or len(self._waiting) >= PENDING_MAX:
-            self.counts.add("dropped")
+            job.counts.add("dropped")
             return
-        task = asyncio.get_running_loop().create_task(self._send(message))
+        task = asyncio.get_running_loop().create_task(self._run(job))
         self._waiting.add(task)
         task.add_done_callback(self._waiting.discard)
 
-    async def _send(self, message: Message) -> None:
+    async def _run(self, job: Job) -> None:
         try:
-            await self.client.run(self.flow(message))
+            await self.client.run(job.flow)
+        except asyncio.CancelledError:  # shut down before its answer
+            job.counts.add("dropped")
+            raise
         except Exception as exc:  # never raised: nobody awaits this task
-            log.debug("one-way send of %s failed: %r", message.msg_id, exc)
-            self.counts.ended(exc)
+            log.debug("one-way %s failed: %r", job.what, exc)
+            job.counts.ended(exc)
 
     async def close(self, wait_seconds: float) -> None:
-        """Give the waiting sends ``wait_seconds``, then cancel the rest (counted dropped)."""
+        """Give the waiting jobs ``wait_seconds``, then cancel the rest (counted dropped)."""
         self._closed = True
         if not self._waiting:
             return
         _, late = await asyncio.wait(set(self._waiting), timeout=wait_seconds)
-        self.counts.add("dropped", len(late))
         for task in late:
             task.cancel()
         if late:

@@ -44,10 +44,12 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
             producer.send_message_in_transaction(Message("transfers", body="..."), arg=...)
     """
 
+    oneway_sender: ThreadOneWay
+
     def _connect(self, transport: httpx.BaseTransport | None, verify: Verify) -> None:
         self.client = self._client(BrokerClient, transport, verify)
         self.reporter = ThreadReporter(self.client_trace, self.client)
-        self.oneway_sender = ThreadOneWay(self.client, self.oneway_flow, self.oneway, self.group)
+        self.oneway_sender = ThreadOneWay(self.client, self.group)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
@@ -117,7 +119,7 @@ class TransactionProducer(ProducerBase[httpx.BaseTransport], SyncFace):
         never raises for the broker's refusal or absence -- the one send whose loss is accepted.
         What became of it is counted in ``producer.oneway``.  Raises
         :class:`~framework.errors.OneWayInTransactionError` inside a local transaction."""
-        self.oneway_sender.submit(self.oneway_message(message))
+        self.oneway_sender.submit(self.oneway_job(message))
 
     def create_topic(self, name: str, queues: int | None = None, order: bool = False) -> None:
         self.client.call(protocol.create_topic(name, queues, order))

@@ -66,6 +66,8 @@ def to_state(value: object, message: Message) -> LocalTransactionState:
 class ProducerBase(GroupMember[TransportT]):
     """One producer group member: what both faces share, and the flows they drive."""
 
+    oneway_sender: oneway.ThreadOneWay | oneway.TaskOneWay  # each face's background
+
     def __init__(
         self,
         group: str,
@@ -84,11 +86,15 @@ class ProducerBase(GroupMember[TransportT]):
         batch_linger_ms: float = 2.0,
         max_batch: int = 128,
         max_batch_bytes: int = 1024 * 1024,
+        end_oneway: bool = False,
     ) -> None:
         """``batch_linger_ms``: with many transactions (or sends) in flight at once -- threads
         or tasks --, how long a half, a decision or a send waits for others to share its request
         (0: one request per call, as before); ``max_batch`` and ``max_batch_bytes``: a shared
-        request is sent once this full (:mod:`framework.batching`)."""
+        request is sent once this full (:mod:`framework.batching`).  ``end_oneway``: a
+        transaction's commit or rollback is sent one way (:mod:`framework.oneway`):
+        ``send_message_in_transaction`` returns once the local transaction has answered, its
+        ``resolution`` None; an end lost on the way is resolved by the check-back."""
         super().__init__(
             group,
             "producer group",
@@ -106,7 +112,9 @@ class ProducerBase(GroupMember[TransportT]):
         self.callback_url = self.check_mode.callback_url
         self.executors = Handlers("local transaction")
         self.checkers = Handlers("check")
+        self.end_oneway = end_oneway
         self.oneway = oneway.OneWayCounts()  # what became of the one-way sends
+        self.oneway_ends = oneway.OneWayCounts()  # and of the ends sent one way
         self._connect(transport, verify)
 
     # -- decorators ------------------------------------------------------------------------------
@@ -205,11 +213,12 @@ class ProducerBase(GroupMember[TransportT]):
             stamped = [otel.stamped(m) for m in messages]
             return (yield from self._sent_flow(stamped, protocol.send_batch(topic, stamped)))
 
-    def oneway_message(self, message: Message) -> Message:
+    def oneway_job(self, message: Message) -> oneway.Job:
         """What ``send_oneway`` hands to the background: refused inside a local transaction,
         stamped with the caller's trace context (the background has none)."""
         oneway.refuse_in_local_transaction(message)
-        return otel.stamped(message)
+        stamped = otel.stamped(message)
+        return oneway.Job(self.oneway_flow(stamped), self.oneway, f"send of {message.msg_id}")
 
     def oneway_flow(self, message: Message) -> Flow[None]:
         """A one-way send as the background runs it: a plain send whose end is counted (and is
@@ -256,7 +265,11 @@ class ProducerBase(GroupMember[TransportT]):
                 local.set("messaging.halfmq.transaction.state", state.value)
                 if error is not None:
                     local.failed(error)
-            resolution, error = yield from self._end_flow(message, state, error)
+            if self.end_oneway:
+                yield from self._end_oneway_flow(message, state)
+                resolution = None
+            else:
+                resolution, error = yield from self._end_flow(message, state, error)
             span.set("messaging.halfmq.transaction.resolution", resolution or "UNKNOWN")
         return TransactionSendResult(
             SendStatus.SEND_OK,
@@ -301,6 +314,19 @@ class ProducerBase(GroupMember[TransportT]):
                 span.failed(exc)
                 return None, error or exc
         return resolution, error
+
+    def _end_oneway_flow(self, message: Message, state: State) -> Flow[None]:
+        """Hand the commit or rollback to the background (UNKNOW: nothing to hand)."""
+        if state is State.UNKNOW or message.transaction_id is None:
+            return
+        what = f"end of {message.transaction_id}"
+        job = oneway.Job(self._ended_oneway_flow(message, state), self.oneway_ends, what)
+        yield self.oneway_sender.handoff(job)
+
+    def _ended_oneway_flow(self, message: Message, state: State) -> Flow[None]:
+        """An end as the background runs it: counted, never raised."""
+        _, error = yield from self._end_flow(message, state, None)
+        self.oneway_ends.ended(error)
 
     def check_flow(self, message: Message) -> Flow[LocalTransactionState]:
         """What this instance answers to a check (never raises: a failure is UNKNOW), in the
