@@ -15,6 +15,9 @@ starts the next at once) and paced (``--rate`` a second).  The sides, each as it
   mode: the framework's log row in the same transaction, checks pulled), ``batch_linger_ms`` at
   its default, an ``AsyncPushConsumer`` with its defaults, the broker on PostgreSQL;
 * ``halfmq-0``: the same with ``batch_linger_ms=0`` on producer and consumer (no shared requests);
+* ``halfmq-oneway``: ``halfmq`` with ``end_oneway=True`` (docs/framework.md, "Ending one way"):
+  the commit or rollback sent from the background, ``send_message_in_transaction`` returning once
+  the local transaction has;
 * ``peer``: ``OutboxBroker.publish(..., session=...)`` in the business transaction, the relay
   (faststream-outbox's subscriber, asyncpg with LISTEN/NOTIFY, 8 workers, fetch batches of 50, the
   batched terminal DELETE) publishing to the machine's RabbitMQ (a durable queue, persistent
@@ -62,7 +65,7 @@ PG = "postgresql://postgres@127.0.0.1:5432"
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 ROLES = Path(__file__).resolve().parent / "peer" / "roles.py"
 TICK = os.sysconf("SC_CLK_TCK")
-SIDES = ("halfmq", "halfmq-0", "peer")
+SIDES = ("halfmq", "halfmq-oneway", "halfmq-0", "peer")
 CONSUMER_ROUTES = ("receive", "ack", "ack-and-receive")  # halfmq's consumer, counted
 RELAY = {  # faststream-outbox's throughput knobs (its docs: performance, subscriber options)
     "max_workers": 8,
@@ -284,6 +287,7 @@ class Bench:
                 consumer = Role(
                     "hmq-consumer", {**common, **consumer_out, "group": f"g-{run}"}, folder
                 )
+                common["end_oneway"] = side == "halfmq-oneway"
                 roles.append(consumer)
                 consumer.wait_ready()
                 producer = Role("hmq-producer", {**common, **load}, folder)
@@ -464,20 +468,9 @@ def medians(windows: list[Window], seconds: float) -> Medians:
     )
 
 
-def report(windows: list[Window], args: argparse.Namespace) -> None:
-    s = args.seconds
-    m = {
-        (side, mode): medians([w for w in windows if w.side == side and w.mode == mode], s)
-        for side in args.sides
-        for mode in ("closed", "paced")
-    }
-    print(f"\nmedians of {args.rounds} round(s), {s:g} s windows (load {load_average()}):")
-    for (side, mode), x in m.items():
-        split = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in x.split.items())
-        print(f"  {side:<9}{mode:<7} CPU/tx by process (ms): {split}")
-    if "halfmq" not in args.sides or "peer" not in args.sides:
-        return
-    h, p = "halfmq", "peer"
+def compare(m: dict[tuple[str, str], Medians], h: str, args: argparse.Namespace) -> None:
+    """The issue's table: halfmq side ``h`` against the peer."""
+    p = "peer"
     hc, pc, hp, pp = m[h, "closed"], m[p, "closed"], m[h, "paced"], m[p, "paced"]
     rows = [
         ("transactions committed / s, closed loop", hc.committed, pc.committed, "{:,.0f}"),
@@ -496,12 +489,28 @@ def report(windows: list[Window], args: argparse.Namespace) -> None:
         (f"paced {args.rate:g}/s: CPU per delivered tx (ms)", hp.cpu_per_delivered * 1e3,
          pp.cpu_per_delivered * 1e3, "{:.2f}"),
     ]  # fmt: skip
-    print(f"\n| figure (median of {args.rounds}) | halfmq (batching on) | peer | halfmq / peer |")
+    print(f"\n| figure (median of {args.rounds}) | {h} | peer | {h} / peer |")
     print("|---|---|---|---|")
     for name, hv, pv, fmt in rows:
         print(f"| {name} | {fmt.format(hv)} | {fmt.format(pv)} | {hv / pv:.2f} |")
-    if "halfmq-0" in args.sides:
-        zc, zp = m["halfmq-0", "closed"], m["halfmq-0", "paced"]
+
+
+def report(windows: list[Window], args: argparse.Namespace) -> None:
+    s = args.seconds
+    m = {
+        (side, mode): medians([w for w in windows if w.side == side and w.mode == mode], s)
+        for side in args.sides
+        for mode in ("closed", "paced")
+    }
+    print(f"\nmedians of {args.rounds} round(s), {s:g} s windows (load {load_average()}):")
+    for (side, mode), x in m.items():
+        split = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in x.split.items())
+        print(f"  {side:<9}{mode:<7} CPU/tx by process (ms): {split}")
+    for side in ("halfmq", "halfmq-oneway"):
+        if side in args.sides and "peer" in args.sides:
+            compare(m, side, args)
+    if {"halfmq", "halfmq-0"} <= set(args.sides):
+        hc, zc, zp = m["halfmq", "closed"], m["halfmq-0", "closed"], m["halfmq-0", "paced"]
         print(
             f"\nhalfmq with batch_linger_ms=0: closed {zc.committed:,.0f} tx/s, "
             f"{zc.cpu_per_committed * 1e3:.2f} ms CPU/tx, p50/p99 {zc.p50 * 1e3:.1f}/"

@@ -148,7 +148,10 @@ async def hmq_producer(config: dict[str, Any]) -> None:
     load = Load(config)
     load.track_commits()
     producer = AsyncTransactionProducer(
-        "peer-bench", brokers=[config["broker"]], batch_linger_ms=config["linger_ms"]
+        "peer-bench",
+        brokers=[config["broker"]],
+        batch_linger_ms=config["linger_ms"],
+        end_oneway=config["end_oneway"],
     )
 
     @producer.transactional(config["topic"], session_factory=sessions)
@@ -170,7 +173,7 @@ async def hmq_producer(config: dict[str, Any]) -> None:
         )
         if result.error is not None:
             raise result.error
-        if not rollback:
+        if result.resolution == "COMMITTED":  # the broker's answer (none with end_oneway)
             load.decided[tx_id] = time.time()
 
     async with producer:
