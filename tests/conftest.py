@@ -18,8 +18,8 @@ import gc
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -171,12 +171,19 @@ def _made_and_dropped(make: str, drop: str) -> Iterator[None]:
         engine.dispose()
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh, empty PostgreSQL schema, as a URL whose search_path points at it."""
+@contextmanager
+def _pg_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema, as a URL whose search_path points at it; dropped after."""
     schema = f"halfmq_t_{uuid.uuid4().hex[:12]}"
     with _made_and_dropped(f'CREATE SCHEMA "{schema}"', f'DROP SCHEMA "{schema}" CASCADE'):
         yield f"{PG_BASE_URL}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema, as a URL whose search_path points at it."""
+    with _pg_schema() as url:
+        yield url
 
 
 @pytest.fixture
@@ -287,3 +294,54 @@ def broker_process(migrated_url: str, tmp_path: Path) -> Iterator[BrokerProcess]
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_broker_process(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], BrokerProcess]]:
+    """The broker processes a module's tests share: ``shared_broker_process("sqlite")`` (or
+    ``"postgresql"``) is one broker process per store for the whole module, on a migrated store
+    of its own, started when a test first asks for it.
+
+    For tests that need *a* broker process, not a fresh one: each test names its own topics,
+    groups and messages (``unique``), since the others' stay in the store.  A test that stops,
+    kills or restarts its broker, or needs a store state of its own, takes ``broker_process``."""
+    started: dict[str, BrokerProcess] = {}
+    with ExitStack() as stack:
+
+        def process(kind: str) -> BrokerProcess:
+            if kind not in started:
+                directory = tmp_path_factory.mktemp(f"shared-broker-{kind}")
+                url = stack.enter_context(_module_store(kind, directory, request))
+                running = BrokerProcess(url, free_port(), directory / "broker.log")
+                running.start()
+                stack.callback(running.stop)  # before its store goes (the stack unwinds LIFO)
+                started[kind] = running
+            return started[kind]
+
+        yield process
+
+
+@contextmanager
+def _module_store(kind: str, directory: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated store of ``kind`` for a module's shared broker: a copy of the session's migrated
+    SQLite file in ``directory``, or a PostgreSQL schema of its own, migrated, dropped after."""
+    if kind == "sqlite":
+        path = directory / "broker.db"
+        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+        yield f"sqlite:///{path}"
+        return
+    from broker_service.store import migrate
+
+    with _pg_schema() as url:
+        migrate.upgrade(url)
+        yield url
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Names of this test's own, for a broker other tests share: ``unique("t")`` is ``"t-"`` and a
+    suffix of this test's, the same for every name it asks for."""
+    suffix = uuid.uuid4().hex[:10]
+    return lambda name: f"{name}-{suffix}"
