@@ -46,6 +46,10 @@ class _RolledBack(Exception):
     pass
 
 
+# One statement, its row given as parameters: built once rather than a ``.values()`` per call.
+_INSERT = insert(log_table)
+
+
 def _row(message: Message, group: str, state: str) -> dict[str, Any]:
     return {
         "transaction_id": message.transaction_id,
@@ -70,7 +74,7 @@ def run_local(
     with session_factory() as session:
         session.begin()
         try:
-            session.execute(insert(log_table).values(_row(message, group, COMMIT)))
+            session.execute(_INSERT, _row(message, group, COMMIT))
         except IntegrityError as exc:  # a check decided ROLLBACK first
             session.rollback()
             return State.ROLLBACK_MESSAGE, exc
@@ -95,7 +99,7 @@ def check(session_factory: Callable[[], Session], message: Message, group: str) 
     with session_factory() as session:
         try:
             with session.begin():
-                session.execute(insert(log_table).values(_row(message, group, ROLLBACK)))
+                session.execute(_INSERT, _row(message, group, ROLLBACK))
             return State.ROLLBACK_MESSAGE
         except IntegrityError:
             pass
@@ -116,7 +120,7 @@ async def run_local_async(
     async with session_factory() as session:
         await session.begin()
         try:
-            await session.execute(insert(log_table).values(_row(message, group, COMMIT)))
+            await session.execute(_INSERT, _row(message, group, COMMIT))
         except IntegrityError as exc:
             await session.rollback()
             return State.ROLLBACK_MESSAGE, exc
@@ -142,7 +146,7 @@ async def check_async(
     async with session_factory() as session:
         try:
             async with session.begin():
-                await session.execute(insert(log_table).values(_row(message, group, ROLLBACK)))
+                await session.execute(_INSERT, _row(message, group, ROLLBACK))
             return State.ROLLBACK_MESSAGE
         except IntegrityError:
             pass
