@@ -237,15 +237,10 @@ def grpc_server(settings: BrokerSettings, served: Served) -> GrpcServer | None:
         metrics=served.metrics,
         pull_hub=served.pull_hub,
         acl=served.acl,
-        broker_name=settings.broker_name,
-        producer_groups=dict(settings.grpc_producer_groups),
-        max_body_bytes=settings.max_message_bytes,
-        receive_max_wait_seconds=settings.receive_max_wait_seconds,
-        acl_window_ms=int(settings.acl_window_seconds * 1000),
         presence=served.presence,
         clients=served.clients,
     )
-    return GrpcServer(grpc_served, listen)
+    return GrpcServer(grpc_served, settings, listen)
 
 
 def broker_version() -> str:

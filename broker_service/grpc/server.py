@@ -19,6 +19,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer
 
 from broker_service.grpc.convert import endpoints_of
 from broker_service.grpc.service import MessagingService, Served
+from broker_service.settings import BrokerSettings
 
 log = logging.getLogger("halfmq.grpc")
 
@@ -63,11 +64,11 @@ def check_listen(listen: Listen, *, acl: bool) -> None:
 
 
 class GrpcServer:
-    def __init__(self, served: Served, listen: Listen) -> None:
-        self.served = served
+    def __init__(self, served: Served, settings: BrokerSettings, listen: Listen) -> None:
+        self.max_body_bytes = settings.max_message_bytes
         self.listen = listen
         self.port = listen.port  # the bound one once started (0 picks a free port)
-        self.service = MessagingService(served, self.endpoints)
+        self.service = MessagingService(served, settings, self.endpoints)
         self._server: grpc.aio.Server | None = None
 
     def endpoints(self) -> pb.Endpoints:
@@ -75,7 +76,7 @@ class GrpcServer:
         return endpoints_of(f"{self.listen.host}:{self.port}")
 
     async def start(self) -> None:
-        limit = self.served.max_body_bytes + _FRAME_SLACK
+        limit = self.max_body_bytes + _FRAME_SLACK
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", limit),

@@ -37,6 +37,7 @@ from broker_service.grpc.auth import Authenticator, Caller
 from broker_service.grpc.status import Code, of_error, ok, status
 from broker_service.grpc.telemetry import Registry, Session
 from broker_service.metrics import BrokerMetrics
+from broker_service.settings import BrokerSettings
 
 log = logging.getLogger("halfmq.grpc")
 
@@ -72,7 +73,8 @@ class Failed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """What the gRPC port serves: the domain's services and what they read besides."""
+    """What the gRPC port serves: the domain's services and what they read besides (the
+    broker's own name and limits it reads from its settings, as the REST app does)."""
 
     transactions: TransactionService
     messages: MessageService
@@ -80,11 +82,6 @@ class Served:
     metrics: BrokerMetrics
     pull_hub: PullHub
     acl: AclRuntime | None
-    broker_name: str
-    producer_groups: dict[str, str]  # topic -> producer group (grpc_producer_groups)
-    max_body_bytes: int
-    receive_max_wait_seconds: float
-    acl_window_ms: int
     presence: PresenceService  # the brokers sharing the store: QueryRoute lists the live ones
     clients: ClientService  # the gRPC clients' profiles and last Settings, kept in the store
 
@@ -92,20 +89,25 @@ class Served:
 class MessagingService:
     """The servicer ``add_MessagingServiceServicer_to_server`` is given: one coroutine per RPC."""
 
-    def __init__(self, served: Served, endpoints: Callable[[], pb.Endpoints]) -> None:
+    def __init__(
+        self, served: Served, settings: BrokerSettings, endpoints: Callable[[], pb.Endpoints]
+    ) -> None:
+        """``settings``: the broker's name, its ``grpc_producer_groups`` (topic -> producer
+        group), its largest message body and longest receive wait."""
         self.served = served
+        self.broker_settings = settings
         self.endpoints = endpoints  # this port's address, as a route answers it
         acl = served.acl
         self.auth = (
             None
             if acl is None
-            else Authenticator(lambda: acl.config, served.transactions.clock, served.acl_window_ms)
+            else Authenticator(lambda: acl.config, served.transactions.clock, acl.window_ms)
         )
         self.registry = Registry(
             served.transactions,
             served.pull_hub,
             served.metrics,
-            served.producer_groups,
+            settings.grpc_producer_groups,
             self._store_host,
         )
         self._subscribed: dict[tuple[str, str], str] = {}  # (group, topic) -> expression
@@ -124,7 +126,7 @@ class MessagingService:
         return f"{address.host}:{address.port}"
 
     def group_of(self, topic: str) -> str:
-        return self.served.producer_groups.get(topic, topic)
+        return self.broker_settings.grpc_producer_groups.get(topic, topic)
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -223,7 +225,11 @@ class MessagingService:
         other live brokers with a gRPC port, in the order of their names: every broker answers
         the same route.  Without the list (the store not ready) this broker alone."""
         own = reached if reached.addresses else self.endpoints()
-        brokers = {self.served.broker_name: pb.Broker(name=self.served.broker_name, endpoints=own)}
+        brokers = {
+            self.broker_settings.broker_name: pb.Broker(
+                name=self.broker_settings.broker_name, endpoints=own
+            )
+        }
         try:
             seen = await self.served.presence.brokers()
         except Exception as error:  # the route still works: it names this broker only
@@ -410,7 +416,7 @@ class MessagingService:
     def _producer_settings(self, settings: pb.Settings) -> pb.Settings:
         reply = pb.Settings()
         reply.CopyFrom(settings)
-        reply.publishing.max_body_size = self.served.max_body_bytes
+        reply.publishing.max_body_size = self.broker_settings.max_message_bytes
         reply.publishing.validate_message_type = True
         reply.backoff_policy.CopyFrom(_backoff(3))
         return reply
@@ -421,7 +427,7 @@ class MessagingService:
         reply.subscription.receive_batch_size = RECEIVE_BATCH_MAX
         if not reply.subscription.HasField("long_polling_timeout"):
             reply.subscription.long_polling_timeout.CopyFrom(
-                convert.to_duration(self.served.receive_max_wait_seconds)
+                convert.to_duration(self.broker_settings.receive_max_wait_seconds)
             )
         reply.backoff_policy.CopyFrom(_backoff(17))  # 16 retries: max_reconsume_times' default
         return reply
@@ -649,7 +655,7 @@ class MessagingService:
                 topic=request.topic,
                 id=0,
                 permission=pb.Permission.READ_WRITE,
-                broker=pb.Broker(name=self.served.broker_name, id=0, endpoints=endpoints),
+                broker=pb.Broker(name=self.broker_settings.broker_name, id=0, endpoints=endpoints),
                 accept_message_types=_accepted_types(view.topic.ordered),
             )
             return rpc.QueryAssignmentResponse(
