@@ -14,6 +14,8 @@ from halfmq.cli.output import Broker, broker_options, fields_panel, table
 app = typer.Typer(help="Show and change the broker's ACL (admin account).", no_args_is_help=True)
 
 KeyOption = Annotated[str, typer.Option("-a", "--access-key-of", help="The account's accessKey.")]
+# --default-topic-perm and --default-group-perm, named after their parameters.
+DefaultPermOption = Annotated[str | None, typer.Option(help="DENY, PUB, SUB or PUB|SUB.")]
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -57,20 +59,16 @@ def update_account(
     white: Annotated[
         str | None, typer.Option("--white", help="whiteRemoteAddress ('' removes it).")
     ] = None,
-    default_topic: Annotated[
-        str | None, typer.Option("--default-topic-perm", help="DENY, PUB, SUB or PUB|SUB.")
-    ] = None,
-    default_group: Annotated[
-        str | None, typer.Option("--default-group-perm", help="DENY, PUB, SUB or PUB|SUB.")
-    ] = None,
+    default_topic_perm: DefaultPermOption = None,
+    default_group_perm: DefaultPermOption = None,
 ) -> None:
     """Create an account or change the fields given (mqadmin updateAclConfig)."""
     changes: dict[str, Any] = {
         "secret_key": secret,
         "admin": admin,
         "white_remote_address": white,
-        "default_topic_perm": default_topic,
-        "default_group_perm": default_group,
+        "default_topic_perm": default_topic_perm,
+        "default_group_perm": default_group_perm,
         "topic_perms": _split(topics),
         "group_perms": _split(groups),
     }
