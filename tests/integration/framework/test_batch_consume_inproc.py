@@ -5,7 +5,9 @@
   the same batch, never reach the handler -- and a returned index gives the rest their inbox
   rows back, so they are handled when they come again: one effect per key;
 * a transacted batch that raises rolls back and retries the whole batch;
-* a batch consumer runs under ``framework.fastapi.halfmq_lifespan``."""
+* a batch consumer runs under ``framework.fastapi.halfmq_lifespan``.
+
+The brokers retry after the test delay levels (``LEVELS``: 300 ms for a first retry, not 10 s)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from framework.consumer import PushConsumer
 from framework.fastapi import halfmq_lifespan
 from framework.tables import inbox
 from halfmq.testing import InProcessBroker
-from tests.integration.framework.conftest import Bank, effects
+from tests.integration.framework.conftest import LEVELS, Bank, effects
 from tests.support import wait_until
 
 GROUP = "smith-batch"
@@ -85,7 +87,7 @@ def test_the_inbox_deduplicates_inside_a_batch(bank: Bank) -> None:
         return 1 if first_call else None
 
     _seed_inbox(bank)
-    with InProcessBroker() as broker:
+    with InProcessBroker(message_delay_level=LEVELS) as broker:
         broker.create_topic("batched", queues=1)
         with TransactionProducer("sender", brokers=[broker.url], transport=broker.transport) as p:
             for message in _messages():
@@ -120,7 +122,7 @@ async def test_the_inbox_deduplicates_inside_a_batch_async(bank: Bank) -> None:
 
     _seed_inbox(bank)
     try:
-        async with InProcessBroker() as broker:
+        async with InProcessBroker(message_delay_level=LEVELS) as broker:
             await broker.acreate_topic("batched", queues=1)
             producer = AsyncTransactionProducer(
                 "sender", brokers=[broker.url], transport=broker.async_transport
@@ -151,7 +153,7 @@ def test_a_transacted_batch_that_raises_rolls_back_and_retries_the_batch(bank: B
         if len(calls) == 1:
             raise RuntimeError("the ledger is locked: nothing of the batch is written")
 
-    with InProcessBroker() as broker:
+    with InProcessBroker(message_delay_level=LEVELS) as broker:
         broker.create_topic("batched", queues=1)
         with TransactionProducer("sender", brokers=[broker.url], transport=broker.transport) as p:
             for n in range(3):
@@ -170,7 +172,7 @@ def test_a_transacted_batch_that_raises_rolls_back_and_retries_the_batch(bank: B
 
 async def test_a_batch_consumer_runs_under_the_fastapi_lifespan() -> None:
     calls: list[list[str]] = []
-    async with InProcessBroker() as broker:
+    async with InProcessBroker(message_delay_level=LEVELS) as broker:
         await broker.acreate_topic("batched", queues=1)
         consumer = AsyncPushConsumer(
             GROUP, brokers=[broker.url], transport=broker.async_transport, wait_seconds=0.5,
