@@ -8,7 +8,7 @@ import typer
 from rich.console import Group, RenderableType
 
 from halfmq.cli.client import Json
-from halfmq.cli.output import Broker, broker_options, fields_panel, table, time_option
+from halfmq.cli.output import Broker, broker_options, fields_panel, table, time_flag, time_option
 
 app = typer.Typer(help="Create, show and reset consumer groups.", no_args_is_help=True)
 
@@ -33,9 +33,7 @@ def create(
         str,
         typer.Option(help="FIRST_OFFSET, LAST_OFFSET or TIMESTAMP (with --consume-timestamp)."),
     ] = "LAST_OFFSET",
-    consume_timestamp: Annotated[
-        str | None, typer.Option(help="RFC 3339 time or epoch milliseconds.")
-    ] = None,
+    consume_timestamp: Annotated[str | None, time_flag()] = None,
     max_reconsume_times: Annotated[
         int | None,
         typer.Option(min=0, help="Retries before the DLQ (none: the broker's default, 16)."),
@@ -81,9 +79,7 @@ def reset_offset(
     broker: Broker,
     group: GroupArgument,
     topic: Annotated[str, typer.Option("--topic", help="The subscribed topic.")],
-    timestamp: Annotated[
-        str, typer.Option("--timestamp", help="RFC 3339 time or epoch milliseconds.")
-    ],
+    timestamp: Annotated[str, time_flag()],
 ) -> None:
     """Consume TOPIC again from the first message stored at or after TIMESTAMP."""
     stamp = time_option(timestamp, "--timestamp")

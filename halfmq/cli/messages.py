@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from halfmq.cli.client import Json, json_call, segment
-from halfmq.cli.output import Broker, broker_options, fields_panel, table, time_option
+from halfmq.cli.output import Broker, broker_options, fields_panel, table, time_flag, time_option
 
 app = typer.Typer(help="Query messages.", no_args_is_help=True)
 
@@ -35,12 +35,8 @@ def find(
     broker: Broker,
     topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
     key: Annotated[str | None, typer.Option(help="Only messages with this key.")] = None,
-    begin: Annotated[
-        str | None, typer.Option(help="Stored at or after: RFC 3339 or epoch milliseconds.")
-    ] = None,
-    end: Annotated[
-        str | None, typer.Option(help="Stored before: RFC 3339 or epoch milliseconds.")
-    ] = None,
+    begin: Annotated[str | None, time_flag("Stored at or after")] = None,
+    end: Annotated[str | None, time_flag("Stored before")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 32,
 ) -> None:
     """Find messages by key and/or topic in a time range (RocketMQ's query by key)."""

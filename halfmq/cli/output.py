@@ -52,6 +52,7 @@ __all__ = [
     "refuse",
     "show",
     "table",
+    "time_flag",
     "time_option",
 ]
 
@@ -98,6 +99,13 @@ JsonOption = Annotated[
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the broker's answer.")
 ]
+
+
+def time_flag(meaning: str | None = None) -> Any:
+    """The ``typer.Option`` of a time that :func:`time_option` reads, its help naming the forms
+    it takes after ``meaning`` (what the time is), if given."""
+    forms = "RFC 3339 time or epoch milliseconds."
+    return typer.Option(help=forms if meaning is None else f"{meaning}: {forms}")
 
 
 def time_option(value: str | None, hint: str) -> str | int | None:

@@ -10,7 +10,7 @@ import typer
 from rich.console import RenderableType
 
 from halfmq.cli.client import Json
-from halfmq.cli.output import Broker, broker_options, fields_panel, time_option
+from halfmq.cli.output import Broker, broker_options, fields_panel, time_flag, time_option
 
 
 @broker_options()
@@ -43,9 +43,7 @@ def send(
     delay_level: Annotated[
         int | None, typer.Option(min=0, help="RocketMQ delay level 1-18 (1s ... 2h); 0 none.")
     ] = None,
-    deliver_at: Annotated[
-        str | None, typer.Option(help="Deliver at: RFC 3339 time or epoch milliseconds.")
-    ] = None,
+    deliver_at: Annotated[str | None, time_flag("Deliver at")] = None,
     msg_id: Annotated[
         str | None, typer.Option(help="Your unique id; a retransmit with it is stored once.")
     ] = None,
