@@ -5,7 +5,7 @@ a message."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from broker_service.domain import names
 from broker_service.domain.consumers.model import (
@@ -44,19 +44,9 @@ class DeliveryPart(MessagePart):
         for n in new:
             if n.receipt_handle in self.s.by_handle:
                 raise ValueError(f"receipt handle {n.receipt_handle!r} is stored already")
+            # A new delivery's fields, in flight under the next id.
             delivery = Delivery(
-                self.s.next_id("deliveries"),
-                n.consumer_group,
-                n.client_id,
-                n.topic,
-                n.queue_id,
-                n.queue_offset,
-                n.msg_id,
-                n.receipt_handle,
-                DeliveryState.INFLIGHT,
-                n.reconsume_times,
-                n.delivered_at,
-                n.invisible_until,
+                self.s.next_id("deliveries"), state=DeliveryState.INFLIGHT, **asdict(n)
             )
             self.put(self.s.by_handle, n.receipt_handle, delivery.id)
             self.set_delivery_row(delivery)
