@@ -267,6 +267,17 @@ class BrokerMetrics:
         self.consumer_messages.labels(outcome="acked").inc(acked)
         self.consumer_messages.labels(outcome="stale_ack").inc(stale)
 
+    def count_resolution(
+        self, state: str, by: str, decision: str, pull_latency_ms: int | None
+    ) -> None:
+        """A commit's or rollback's counts, whatever the protocol: the decision applied (its
+        final ``state``, decided ``by``) and, for a pull instance's answer to its check, the time
+        since it took the check."""
+        self.resolutions.labels(state=state, by=by).inc()
+        if pull_latency_ms is not None:
+            seconds = pull_latency_ms / 1000
+            self.check_seconds.labels(mode="pull", result=decision).observe(seconds)
+
     def observe_commit(self, seconds: float, units: int) -> None:
         """The store writer's hook, called from its thread after each commit."""
         self.store_commit_seconds.observe(seconds)

@@ -521,11 +521,9 @@ class MessagingService:
                 via=VIA,
             )
             resolution = await self.served.transactions.resolve(resolving)
-            metrics = self.served.metrics
-            metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
-            if resolution.check_latency_ms is not None:
-                seconds = resolution.check_latency_ms / 1000
-                metrics.check_seconds.labels(mode="pull", result=decision.value).observe(seconds)
+            self.served.metrics.count_resolution(
+                resolution.state.value, by.value, decision.value, resolution.check_latency_ms
+            )
             return rpc.EndTransactionResponse(status=ok())
 
         return await self._answer(

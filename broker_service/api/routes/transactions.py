@@ -86,11 +86,9 @@ async def resolve(
         pull_answer=body.from_check,
     )
     resolution = await service.resolve(resolving, nonce=nonce_of(request))
-    metrics = metrics_of(request)
-    metrics.resolutions.labels(state=resolution.state.value, by=by.value).inc()
-    if resolution.check_latency_ms is not None:
-        seconds = resolution.check_latency_ms / 1000
-        metrics.check_seconds.labels(mode="pull", result=decision.value).observe(seconds)
+    metrics_of(request).count_resolution(
+        resolution.state.value, by.value, decision.value, resolution.check_latency_ms
+    )
     return convert.resolution_dict(resolution)
 
 

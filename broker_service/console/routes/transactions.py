@@ -218,8 +218,9 @@ async def _resolve(request: Request, transaction_id: str, decision: Decision) ->
         await auditor.record(who(request), action, subject, AuditResult.FAILED, detail)
         return back_to(f"/console/transactions/{transaction_id}")
     metrics: BrokerMetrics = request.app.state.metrics
-    by = ResolvedBy.OPERATOR.value
-    metrics.resolutions.labels(state=resolution.state.value, by=by).inc()
+    metrics.count_resolution(
+        resolution.state.value, ResolvedBy.OPERATOR.value, decision.value, None
+    )
     detail = {"state": resolution.state.value}
     await auditor.record(who(request), action, subject, AuditResult.OK, detail)
     return back_to(f"/console/transactions/{transaction_id}")
