@@ -78,32 +78,43 @@ def json_response(content: Any, status_code: int = 200) -> Response:
     return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
 
 
-def receipt_dict(receipt: SendReceipt) -> dict[str, Any]:
-    """``SendResultOut`` as a plain dict."""
+def _send_result(
+    msg_id: str,
+    topic: str,
+    queue_id: int,
+    queue_offset: int | None,
+    duplicate: bool = False,
+    deliver_at: str | None = None,
+) -> dict[str, Any]:
+    """``SendResultOut`` as a plain dict (the hot routes answer it through orjson)."""
     return {
-        "msg_id": receipt.msg_id,
-        "topic": receipt.topic,
-        "queue_id": receipt.queue_id,
-        "queue_offset": receipt.queue_offset,
+        "msg_id": msg_id,
+        "topic": topic,
+        "queue_id": queue_id,
+        "queue_offset": queue_offset,
         "status": "SEND_OK",
-        "duplicate": receipt.duplicate,
-        "deliver_at": rfc3339(receipt.deliver_at),
+        "duplicate": duplicate,
+        "deliver_at": deliver_at,
     }
+
+
+def receipt_dict(receipt: SendReceipt) -> dict[str, Any]:
+    """A send's ``SendResultOut``."""
+    return _send_result(
+        receipt.msg_id,
+        receipt.topic,
+        receipt.queue_id,
+        receipt.queue_offset,
+        receipt.duplicate,
+        rfc3339(receipt.deliver_at),
+    )
 
 
 def plain_receipt_dicts(batch: PlainBatch) -> list[dict[str, Any]]:
     """``SendResultOut`` for each message of a plain batch: one queue, consecutive offsets."""
     topic, queue_id, first = batch.topic, batch.queue_id, batch.first_offset
     return [
-        {
-            "msg_id": msg_id,
-            "topic": topic,
-            "queue_id": queue_id,
-            "queue_offset": offset,
-            "status": "SEND_OK",
-            "duplicate": False,
-            "deliver_at": None,
-        }
+        _send_result(msg_id, topic, queue_id, offset)
         for offset, msg_id in enumerate(batch.msg_ids, first)
     ]
 
