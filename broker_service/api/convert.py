@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from fastapi import Response
 
+from broker_service.api.schemas.brokers import BrokerOut
 from broker_service.api.schemas.common import rfc3339
 from broker_service.api.schemas.messages import (
     MessageCopyOut,
@@ -16,13 +17,15 @@ from broker_service.api.schemas.messages import (
     QueueOut,
     TopicOut,
 )
+from broker_service.api.schemas.trace import CheckAuditOut, CheckEntryOut
 from broker_service.api.schemas.transactions import TransactionOut
+from broker_service.domain.brokers.model import BrokerSeen
 from broker_service.domain.messages.life import MessageLife
 from broker_service.domain.messages.model import PlainBatch, StoredMessage
 from broker_service.domain.messages.sending import SendReceipt
 from broker_service.domain.messages.topics import TopicView
 from broker_service.domain.transactions.halves import Resolution
-from broker_service.domain.transactions.model import TransactionRecord
+from broker_service.domain.transactions.model import CheckAudit, TransactionRecord
 
 
 def body_text(message: StoredMessage) -> str:
@@ -119,6 +122,20 @@ def plain_receipt_dicts(batch: PlainBatch) -> list[dict[str, Any]]:
     ]
 
 
+def broker_out(seen: BrokerSeen) -> BrokerOut:
+    p = seen.presence
+    return BrokerOut(
+        broker_id=p.broker_id,
+        address=p.address,
+        version=p.version,
+        store=p.store_kind,
+        started_at=rfc3339(p.started_at) or "",
+        last_seen_at=rfc3339(p.last_seen_at) or "",
+        seen_seconds_ago=seen.seen_ms_ago / 1000,
+        live=seen.live,
+    )
+
+
 def topic_out(view: TopicView) -> TopicOut:
     topic = view.topic
     return TopicOut(
@@ -150,6 +167,36 @@ def transaction_out(record: TransactionRecord) -> TransactionOut:
         last_check_error=record.last_check_error,
         last_check_error_at=rfc3339(record.last_check_error_at),
         undelivered_since=rfc3339(record.undelivered_since),
+    )
+
+
+def check_audit_out(audit: CheckAudit) -> CheckAuditOut:
+    record = audit.transaction
+    return CheckAuditOut(
+        transaction_id=record.transaction_id,
+        state=record.state.value,
+        producer_group=record.producer_group,
+        msg_id=record.msg_id,
+        check_times=record.check_times,
+        next_check_at=rfc3339(audit.next_check_at),
+        due=audit.due.value,
+        why=audit.reason,
+        until=rfc3339(audit.until),
+        claimed_by=audit.claimed_by,
+        checks=[
+            CheckEntryOut(
+                at=rfc3339(c.at) or "",
+                mode=c.mode,
+                instance=c.instance,
+                check_times=c.check_times,
+                answer=c.answer,
+                failure=c.failure,
+                latency_ms=c.latency_ms,
+                status=c.status,
+                error=c.error,
+            )
+            for c in audit.checks
+        ],
     )
 
 

@@ -12,8 +12,7 @@ from broker_service.api.deps import TransactionsDep, metrics_of, nonce_of, trans
 from broker_service.api.errors import ERROR_RESPONSES
 from broker_service.api.params import GroupQuery, IdPath
 from broker_service.api.permissions import TransactionGuard, needs, transaction_guard
-from broker_service.api.schemas.common import rfc3339
-from broker_service.api.schemas.trace import CheckAuditOut, CheckEntryOut
+from broker_service.api.schemas.trace import CheckAuditOut
 from broker_service.api.schemas.transactions import (
     DecisionIn,
     ResolutionOut,
@@ -121,34 +120,7 @@ async def get_transaction(transaction_id: IdPath, service: TransactionsDep) -> T
 async def check_audit(transaction_id: IdPath, service: TransactionsDep) -> CheckAuditOut:
     """The check audit: every check of the transaction, oldest first (instance, answer or
     failure, latency), and whether the next round checks it, or why not."""
-    audit = await service.checks(transaction_id)
-    record = audit.transaction
-    return CheckAuditOut(
-        transaction_id=record.transaction_id,
-        state=record.state.value,
-        producer_group=record.producer_group,
-        msg_id=record.msg_id,
-        check_times=record.check_times,
-        next_check_at=rfc3339(audit.next_check_at),
-        due=audit.due.value,
-        why=audit.reason,
-        until=rfc3339(audit.until),
-        claimed_by=audit.claimed_by,
-        checks=[
-            CheckEntryOut(
-                at=rfc3339(c.at) or "",
-                mode=c.mode,
-                instance=c.instance,
-                check_times=c.check_times,
-                answer=c.answer,
-                failure=c.failure,
-                latency_ms=c.latency_ms,
-                status=c.status,
-                error=c.error,
-            )
-            for c in audit.checks
-        ],
-    )
+    return convert.check_audit_out(await service.checks(transaction_id))
 
 
 @router.get("", response_model=TransactionListOut)
