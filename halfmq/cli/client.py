@@ -150,7 +150,7 @@ class AdminClient:
     # -- transactions ----------------------------------------------------------------------------
 
     def get_transaction(self, transaction_id: str) -> Json:
-        return self.call(json_call("GET", f"/v1/transactions/{segment(transaction_id)}"))
+        return self.call(json_call("GET", _transaction(transaction_id)))
 
     def list_transactions(
         self,
@@ -172,11 +172,14 @@ class AdminClient:
 
     def resolve_transaction(self, transaction_id: str, decision: str) -> Json:
         """An operator's commit or rollback (no producer group: resolved_by is "operator")."""
-        path = f"/v1/transactions/{segment(transaction_id)}/{decision}"
-        return self.call(json_call("POST", path, {}))
+        return self.call(json_call("POST", _transaction(transaction_id, decision), {}))
 
     def check_transaction(self, transaction_id: str) -> Json:
-        return self.call(json_call("POST", f"/v1/transactions/{segment(transaction_id)}/check"))
+        return self.call(json_call("POST", _transaction(transaction_id, "check")))
+
+    def transaction_checks(self, transaction_id: str) -> Json:
+        """The check audit: every check of the transaction, and whether the next round checks it."""
+        return self.call(json_call("GET", _transaction(transaction_id, "checks")))
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -243,3 +246,7 @@ class AdminClient:
 
 def _group(group: str, *rest: str) -> str:
     return "/".join(["/v1/consumer-groups", segment(group), *rest])
+
+
+def _transaction(transaction_id: str, *rest: str) -> str:
+    return "/".join(["/v1/transactions", segment(transaction_id), *rest])

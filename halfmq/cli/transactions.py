@@ -11,7 +11,7 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from halfmq.cli.client import Json, json_call, segment
+from halfmq.cli.client import Json
 from halfmq.cli.output import Broker, broker_options, fields_panel, table
 
 app = typer.Typer(help="Inspect transactions (half messages).", no_args_is_help=True)
@@ -114,8 +114,7 @@ def check(broker: Broker, transaction_id: TransactionIdArgument) -> None:
 def checks(broker: Broker, transaction_id: TransactionIdArgument) -> None:
     """Show a transaction's check audit: every check (instance, answer or failure, latency),
     and whether the next round checks it, or why not."""
-    path = f"/v1/transactions/{segment(transaction_id)}/checks"
-    broker.ask(lambda client: client.call(json_call("GET", path)), render_check_audit)
+    broker.ask(lambda client: client.transaction_checks(transaction_id), render_check_audit)
 
 
 def render_check_audit(audit: Json) -> RenderableType:
