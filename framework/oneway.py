@@ -27,6 +27,7 @@ messages must not be lost, and a one-way send gives no answer to roll back on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -34,7 +35,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -218,18 +219,20 @@ class ThreadOneWay:
         deadline = time.monotonic() + wait_seconds
         while self._waiting.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
-        while True:
-            try:
-                job = self._waiting.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
+        for job in self._taken_out():
+            if job is not None:  # not a stop sentinel of an earlier close
                 job.counts.add("dropped")
             self._waiting.task_done()
         with self._lock:
             for _ in self._threads:
                 self._waiting.put_nowait(None)
             self._threads.clear()
+
+    def _taken_out(self) -> Iterator[Job | None]:
+        """Whatever waits in the queue, taken out of it."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                yield self._waiting.get_nowait()
 
 
 class TaskOneWay:
