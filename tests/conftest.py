@@ -39,14 +39,12 @@ SQL_STORES = ("sqlite", "postgresql")
 # module-scoped fixtures).  A test missing here merely starts in its tier's place.
 LONGEST = (
     "tests/acceptance/spark_reconcile/test_reconcile_breaks.py",
-    "tests/integration/broker_service/api/test_openapi_fuzz.py::test_every_operation_answers_as_documented[sqlite]",
     "tests/acceptance/spark_reconcile/test_reconcile_cluster.py",
     "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_parquet_export",
     "tests/acceptance/demo_bank/test_rocketmq_clients.py::test_demo_on_rocketmq_clients",
     "tests/acceptance/demo_bank/test_reconcile.py::test_demo_reconciles_sqlite",
     "tests/acceptance/spark_reconcile/test_reconcile_buckets.py",
     "tests/acceptance/broker_service/schedulers/test_checkback.py::test_two_brokers_on_postgresql",
-    "tests/integration/broker_service/api/test_openapi_fuzz.py::test_every_operation_answers_as_documented[postgresql]",
     "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_sqlite_store_and_banks",
     "tests/acceptance/spark_reconcile/test_reconcile_job.py::test_postgres_store_and_banks",
 )
