@@ -108,6 +108,10 @@ def test_postgres_store_and_banks(
     check_run(spark, config(tmp_path / "out", banks, store_url=store))
 
 
+# Two exports, then the job three times in the worker's JVM (two by check_run, one by the command):
+# 2-4 minutes on a loaded machine.  The suite's five-minute guard against a hang interrupted it once
+# mid-call under load, which left the worker's JVM unusable for the tests after it.
+@pytest.mark.timeout(600)
 def test_parquet_export_of_a_sqlite_store_through_the_commands(spark: Any, tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'broker.db'}"
     banks = {b: f"sqlite:///{tmp_path / (b + '.db')}" for b in ("bob", "smith")}
