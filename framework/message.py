@@ -131,8 +131,9 @@ class SendResult:
 class TransactionSendResult:
     """What ``send_message_in_transaction`` did: the half was stored (``send_status``), the local
     transaction answered ``local_state``, and the broker took the decision (``resolution``:
-    ``COMMITTED``, ``ROLLED_BACK``, or None when UNKNOW or the end did not reach a broker -- the
-    check-back resolves it).  ``error`` is the local transaction's exception, or the end's."""
+    ``COMMITTED``, ``ROLLED_BACK``, or None when UNKNOW, when the end did not reach a broker -- the
+    check-back resolves it --, or when it was sent one way, ``end_oneway``).  ``error`` is the
+    local transaction's exception, or the end's."""
 
     send_status: SendStatus
     transaction_id: str

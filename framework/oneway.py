@@ -240,7 +240,7 @@ class TaskOneWay:
 
     def __init__(self, client: AsyncBrokerClient) -> None:
         self.client = client
-        self._waiting: set[asyncio.Task[None]] = set()
+        self._waiting: dict[asyncio.Task[None], Job] = {}
         self._closed = False
 
     def handoff(self, job: Job) -> Invoke:
@@ -256,15 +256,15 @@ class TaskOneWay:
             job.counts.add("dropped")
             return
         task = asyncio.get_running_loop().create_task(self._run(job))
-        self._waiting.add(task)
-        task.add_done_callback(self._waiting.discard)
+        self._waiting[task] = job
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._waiting.pop(task, None)
 
     async def _run(self, job: Job) -> None:
         try:
             await self.client.run(job.flow)
-        except asyncio.CancelledError:  # shut down before its answer
-            job.counts.add("dropped")
-            raise
         except Exception as exc:  # never raised: nobody awaits this task
             log.debug("one-way %s failed: %r", job.what, exc)
             job.counts.ended(exc)
@@ -276,6 +276,7 @@ class TaskOneWay:
             return
         _, late = await asyncio.wait(set(self._waiting), timeout=wait_seconds)
         for task in late:
+            self._waiting[task].counts.add("dropped")
             task.cancel()
         if late:
             await asyncio.wait(late)
