@@ -265,11 +265,13 @@ class ProducerBase(GroupMember[TransportT]):
                 local.set("messaging.halfmq.transaction.state", state.value)
                 if error is not None:
                     local.failed(error)
-            if self.end_oneway:
-                yield from self._end_oneway_flow(message, state)
-                resolution = None
+            txid, resolution = receipt.transaction_id, None
+            if state is State.UNKNOW:
+                pass  # nothing to send: the check-back resolves it
+            elif self.end_oneway:
+                yield self._end_handed_off(txid, message, state)
             else:
-                resolution, error = yield from self._end_flow(message, state, error)
+                resolution, error = yield from self._end_flow(txid, message, state, error)
             span.set("messaging.halfmq.transaction.resolution", resolution or "UNKNOWN")
         return TransactionSendResult(
             SendStatus.SEND_OK,
@@ -298,13 +300,10 @@ class ProducerBase(GroupMember[TransportT]):
         return to_state(value, message), None
 
     def _end_flow(
-        self, message: Message, state: State, error: BaseException | None
+        self, transaction_id: str, message: Message, state: State, error: BaseException | None
     ) -> Flow[tuple[str | None, BaseException | None]]:
-        """Commit or roll back (UNKNOW: nothing); an end that fails is reported, not raised: the
-        check-back resolves it."""
-        transaction_id = message.transaction_id
-        if state is State.UNKNOW or transaction_id is None:
-            return None, error
+        """Commit or roll back (``state`` is not UNKNOW); an end that fails is reported, not
+        raised: the check-back resolves it."""
         with otel.ending(message.topic, transaction_id, state is State.COMMIT_MESSAGE) as span:
             try:
                 end = self.end_call(transaction_id, state, from_check=False)
@@ -315,17 +314,15 @@ class ProducerBase(GroupMember[TransportT]):
                 return None, error or exc
         return resolution, error
 
-    def _end_oneway_flow(self, message: Message, state: State) -> Flow[None]:
-        """Hand the commit or rollback to the background (UNKNOW: nothing to hand)."""
-        if state is State.UNKNOW or message.transaction_id is None:
-            return
-        what = f"end of {message.transaction_id}"
-        job = oneway.Job(self._ended_oneway_flow(message, state), self.oneway_ends, what)
-        yield self.oneway_sender.handoff(job)
+    def _end_handed_off(self, transaction_id: str, message: Message, state: State) -> Invoke:
+        """The step that hands the commit or rollback to the background (``end_oneway``)."""
+        ended = self._ended_oneway_flow(transaction_id, message, state)
+        job = oneway.Job(ended, self.oneway_ends, f"end of {transaction_id}")
+        return self.oneway_sender.handoff(job)
 
-    def _ended_oneway_flow(self, message: Message, state: State) -> Flow[None]:
+    def _ended_oneway_flow(self, transaction_id: str, message: Message, state: State) -> Flow[None]:
         """An end as the background runs it: counted, never raised."""
-        _, error = yield from self._end_flow(message, state, None)
+        _, error = yield from self._end_flow(transaction_id, message, state, None)
         self.oneway_ends.ended(error)
 
     def check_flow(self, message: Message) -> Flow[LocalTransactionState]:
