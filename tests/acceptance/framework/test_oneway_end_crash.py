@@ -13,8 +13,7 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from framework import LocalTransactionState, Message, Retry, TransactionProducer
-from framework.config import CheckMode
+from framework import CheckMode, LocalTransactionState, Message, Retry, TransactionProducer
 from tests.integration.framework.conftest import FAST_FLAGS, PULL, Bank, effects
 from tests.integration.framework.helpers import wait_resolved
 from tests.support import BrokerProcess, free_port, wait_until
