@@ -287,10 +287,10 @@ class Bench:
                 consumer = Role(
                     "hmq-consumer", {**common, **consumer_out, "group": f"g-{run}"}, folder
                 )
-                common["end_oneway"] = side == "halfmq-oneway"
                 roles.append(consumer)
                 consumer.wait_ready()
-                producer = Role("hmq-producer", {**common, **load}, folder)
+                oneway = {"end_oneway": side == "halfmq-oneway"}
+                producer = Role("hmq-producer", {**common, **load, **oneway}, folder)
                 named = {"broker": [self.broker_pid]}
                 databases = [app, self.dbs["broker"]]
             else:
